@@ -110,7 +110,7 @@ def test_an_old_fit_prices_as_before() -> None:
     assert many(*sums).tolist() == many(*sums[:4]).tolist()
     affine = lat.compile_affine("attn_decode_fp8kv", fit.params, PEAKS)
     coeffs = (4.0 * 32 * 128, 2.0 * 17 * 32 * 128, 2.0 * 128 * 8, 32.0, float(8 * 17))
-    assert affine(*coeffs, sums[4], [51000]) == affine(*coeffs, 0.0, [51000])
+    assert affine(*coeffs, sums[4], 0.0, [51000]) == affine(*coeffs, 0.0, 0.0, [51000])
 
 
 def test_the_affine_form_prices_the_waves_as_the_scalar_one() -> None:
@@ -129,7 +129,7 @@ def test_the_affine_form_prices_the_waves_as_the_scalar_one() -> None:
     }
     fast = lat.compile_fast("attn_decode", params, PEAKS)
     affine = lat.compile_affine("attn_decode", params, PEAKS)
-    heads = (32, 8, 128, 2, 2, H100_SMS)
+    heads = (32, 8, 128, 2, 2, H100_SMS, "")
     for batch in (1, 16, 17, 300):
         coeffs = affine_in_keys(batch, heads)
         assert coeffs[5] == ft.attn_decode_waves_d(batch, 32, 8, 128, H100_SMS)
@@ -174,10 +174,10 @@ def test_a_serving_decode_prices_the_waves_of_its_gpu() -> None:
     compiled = CostModel(get_model("llama-3-8b"), prof)
     assert compiled.compile_steps()
     heads = plain._attn_heads()
-    assert plain.sms == H100_SMS and heads[-1] == H100_SMS
+    assert plain.sms == H100_SMS and heads[-2:] == (H100_SMS, "")  # vLLM: the FA3 grid
     fast = lat.compile_fast("attn_decode", fit.params, prof.peaks)
     assert fast(*ft.attn_decode_sums(40, 40 * 2000, *heads)) > fast(
-        *ft.attn_decode_sums(40, 40 * 2000, *heads[:-1])
+        *ft.attn_decode_sums(40, 40 * 2000, *heads[:-2])
     )
     for batch, context in ((1, 100), (16, 16 * 900), (17, 17 * 900), (200, 200 * 3000)):
         want = plain.step_spread((), batch, context)

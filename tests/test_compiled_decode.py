@@ -127,7 +127,7 @@ def _kernel(params: dict[str, float]) -> tuple[str, lat.KernelConstants]:
 def _python_path(
     params: dict[str, float],
     parts: tuple[float, float, int, list[float], float],
-    keys: tuple[float, float, float, float, float, float],
+    keys: tuple[float, float, float, float, float, float, float],
     host_s: float,
     host_mode: str,
     counts: list[int],
@@ -167,6 +167,8 @@ _bandwidth = st.fixed_dictionaries(
         _coefficient,
         st.floats(0.0, 1e4),
         st.one_of(st.just(0.0), st.floats(0.0, 1e6)),
+        # the keys from which the launch extra applies (TensorRT-LLM Hopper's XQA, mid-run)
+        st.one_of(st.just(0.0), st.integers(0, 1 << 25).map(float)),
     ),
     parts=st.tuples(
         st.floats(0.0, 1e-1),
@@ -183,7 +185,7 @@ _bandwidth = st.fixed_dictionaries(
 )
 def test_random_constants_give_the_python_prices(
     params: dict[str, float],
-    keys: tuple[float, float, float, float, float, float],
+    keys: tuple[float, float, float, float, float, float, float],
     parts: tuple[float, float, int, list[float], float],
     host: tuple[float, str],
     batch: int,
@@ -205,11 +207,11 @@ def test_the_edge_branches_and_both_sides_larger() -> None:
     parts = (1e-3, 2e-4, 32, [1e-4, 3e-5], 5e-5)
     counts = [1 + j * 7 for j in range(200)]
     for keys, sides in (
-        ((0.0, 1e6, 1e3, 0.0, 0.0, 0.0), {"a <= 0"}),
-        ((1e9, 0.0, 0.0, 0.0, 4.0, 128.0), {"b <= 0"}),
-        ((1e2, 1e3, 1e3, 1.0, 4.0, 256.0), {"a > b", "a <= b"}),  # compute-, then memory-bound
+        ((0.0, 1e6, 1e3, 0.0, 0.0, 0.0, 0.0), {"a <= 0"}),
+        ((1e9, 0.0, 0.0, 0.0, 4.0, 128.0, 0.0), {"b <= 0"}),
+        ((1e2, 1e3, 1e3, 1.0, 4.0, 256.0, 0.0), {"a > b", "a <= b"}),  # compute-, memory-bound
     ):
-        fn, b0, bn, xn, y, z = keys
+        fn, b0, bn, xn, y, z, _ = keys
         seen = set()
         for n in counts:  # which branch of ``affine`` each count takes
             a = fn * n * kernel.inv_f + kernel.cx * (xn * n) + kernel.cy * y + kernel.cz * z

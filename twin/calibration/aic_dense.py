@@ -13,6 +13,7 @@ from pathlib import Path
 from twin import precision as px
 from twin.calibration.aic_tables import (
     ELEM_BYTES,
+    ENGINE_NAMES,
     ENGINES,
     FamilyRows,
     _family,
@@ -185,6 +186,11 @@ def attention_rows(
         if phase == "prefill" and fmha == "fp8":
             source = f"{source}, fp8 FMHA"
     sms = system_sm_count(system)  # the decode launch's waves (``ft.attn_decode_waves_d``)
+    # The decode kernel's launch rule, from the family's framework and device as serving
+    # reads them from the fit's ``provenance`` (``ft.decode_launch_rule``).
+    rule = ft.decode_launch_rule(
+        kernel, ENGINE_NAMES.get(engine, engine), str(raw[0].get("device", "")) if raw else ""
+    )
     out = []
     for i, r in enumerate(raw):
         _require(r, ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"), table, i)
@@ -203,7 +209,7 @@ def attention_rows(
         else:
             keys = int(r["step"]) + 1  # the cached tokens and the new one
             flops, nbytes, scores, tiles, waves = ft.attn_decode_sums(
-                b, b * keys, h, kvh, hd, ELEM_BYTES, kv_e, sms
+                b, b * keys, h, kvh, hd, ELEM_BYTES, kv_e, sms, rule
             )
             shape = {"b": b, "c": keys - 1, "h": h, "kvh": kvh, "d": hd}
             extras = {"score_elems": scores, "tiles": tiles, "waves_d": waves}

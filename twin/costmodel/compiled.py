@@ -40,6 +40,10 @@ from twin.costmodel.features import (
     DECODE_PACKED_ROWS,
     GEMM_TILE_M,
     GEMM_TILE_N,
+    TRTLLM_XQA_RULE,
+    XQA_ENABLE_MIN_BLOCK_FACTOR,
+    XQA_MAX_GROUP,
+    XQA_MIN_HISTORY_TOKENS_PER_BLOCK,
 )
 from twin.jit import jit
 
@@ -74,11 +78,11 @@ def _kernel_s(k: np.ndarray, flops: float, nbytes: float, x: float, y: float, z:
 # (``CostModel._decode_shape``: dense layers, the mixers summed before full attention, its
 # layer count, the head), the host time and its mode (1: a floor, 0: added), the attention
 # decode features' coefficients in the keys (``decode_pricing.affine_in_keys``: FLOPs,
-# bytes at 0 keys and per key, score elements per key, tiles, waves x head dim), the
-# kernel's constants (``latency.KernelConstants``, 9 entries), then the count of the later
-# parts and the parts.
-DENSE, BEFORE, LAYERS, HEAD, HOST, HOST_FLOOR, FN, B0, BN, XN, Y, Z = range(12)
-KERNEL = 12
+# bytes at 0 keys and per key, score elements per key, tiles, the launch extra and the keys
+# from which it applies), the kernel's constants (``latency.KernelConstants``, 9 entries),
+# then the count of the later parts and the parts.
+DENSE, BEFORE, LAYERS, HEAD, HOST, HOST_FLOOR, FN, B0, BN, XN, Y, Z, ZK = range(13)
+KERNEL = 13
 N_CONSTANTS = len(lat.KernelConstants._fields)
 N_AFTER = KERNEL + N_CONSTANTS
 AFTER = N_AFTER + 1
@@ -88,16 +92,17 @@ def pack_decode(
     parts: tuple[float, float, int, Sequence[float], float],
     host_s: float,
     host_floor: bool,
-    keys: tuple[float, float, float, float, float, float],
+    keys: tuple[float, float, float, float, float, float, float],
     kernel: lat.KernelConstants,
 ) -> np.ndarray:
     """The constants of one batch size: ``parts`` = ``(dense, before, layers, after, head)``
-    (``CostModel._decode_shape``), ``keys`` = ``(fn, b0, bn, xn, y, z)`` (``affine_in_keys``)."""
+    (``CostModel._decode_shape``), ``keys`` = ``(fn, b0, bn, xn, y, z, zk)``
+    (``affine_in_keys``)."""
     dense, before, layers, after, head = parts
     c = np.zeros(AFTER + len(after), np.float64)
     c[DENSE], c[BEFORE], c[LAYERS], c[HEAD] = dense, before, layers, head
     c[HOST], c[HOST_FLOOR] = host_s, float(host_floor)
-    c[FN : Z + 1] = keys
+    c[FN : ZK + 1] = keys
     c[KERNEL:N_AFTER] = kernel
     c[N_AFTER] = len(after)
     c[AFTER:] = after
@@ -116,13 +121,13 @@ def fill_ends(c: np.ndarray, keys0: int, batch: int, ends: np.ndarray, first: in
     """
     dense, before, layers, head = c[DENSE], c[BEFORE], c[LAYERS], c[HEAD]
     host, floor = c[HOST], c[HOST_FLOOR] != 0.0
-    fn, b0, bn, xn, y, z = c[FN], c[B0], c[BN], c[XN], c[Y], c[Z]
+    fn, b0, bn, xn, y, z, zk = c[FN], c[B0], c[BN], c[XN], c[Y], c[Z], c[ZK]
     kernel = c[KERNEL:N_AFTER]
     n_after = int(c[N_AFTER])
     total_s = ends[first - 1] if first else 0.0
     for j in range(first, first + n):
         keys = keys0 + j * batch
-        r = _kernel_s(kernel, fn * keys, b0 + bn * keys, xn * keys, y, z)
+        r = _kernel_s(kernel, fn * keys, b0 + bn * keys, xn * keys, y, z if keys >= zk else 0.0)
         # ``decode_steps``: the parts in ``_sum_parts``' order, then ``_with_host``.
         total = before + layers * r
         for i in range(n_after):
@@ -178,7 +183,8 @@ GDN_SEQ_ROW = 13  # (the GDN chunk's seconds a chunk of its sequential pass, ``m
     WINDOW,  # ``_shape_args``' window (0: none)
     KV_ELEM,  # bytes per K/V element attention reads (``CostModel.kv_elem_bytes``)
     SMS,  # the SMs a GEMM's / decode attention's waves run over (``CostModel.sms``; 0: not known)
-) = range(32)
+    XQA,  # 1: the decode fit's launch rule is TensorRT-LLM Hopper's XQA choice, 0: the FA3 grid
+) = range(33)
 _KINDS = {"attention", "swa", "mamba2", "mamba1", "gdn"}
 
 
@@ -227,6 +233,7 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         m.sliding_window or 0,
         cm.kv_elem_bytes,
         cm.sms or 0,
+        int(cm.decode_rule == TRTLLM_XQA_RULE),
     ]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
         return None
@@ -263,8 +270,9 @@ def _attention_s(
     kc: np.ndarray, mi: np.ndarray, row: int, queries: int, keys: int, kv_rows: int, seqs: int
 ) -> float:
     """``features.attn_prefill_sums`` priced by kernel ``row``; the decode kernel's
-    (``ATTN_DECODE``) with its launch's waves x head dim (``features.attn_decode_waves_d``:
-    integers, exact as there)."""
+    (``ATTN_DECODE``) with its launch extra (``features.attn_decode_launch``: the FA3 grid's
+    waves x head dim, or TensorRT-LLM Hopper's XQA CTAs from ``xqa_from_keys`` on; integers,
+    exact as there)."""
     e, heads, kv_heads, head_dim = mi[ELEM], mi[HEADS], mi[KV_HEADS], mi[HEAD_DIM]
     kv_e = mi[KV_ELEM]
     flops = 4.0 * heads * head_dim * keys
@@ -274,7 +282,14 @@ def _attention_s(
         nbytes = e * 2.0 * queries * heads * head_dim + kv_e * 2.0 * kv_rows * kv_heads * head_dim
     waves = 0
     sms = mi[SMS]
-    if row == ATTN_DECODE and sms and seqs > 0:
+    if row == ATTN_DECODE and sms and seqs > 0 and mi[XQA]:
+        group = heads // kv_heads
+        if 1 < group <= XQA_MAX_GROUP and head_dim % 16 == 0 and 16 <= head_dim <= 256:
+            blocks = -(-sms // (XQA_ENABLE_MIN_BLOCK_FACTOR * kv_heads * seqs))
+            start = 0 if blocks <= 1 else seqs * (XQA_MIN_HISTORY_TOKENS_PER_BLOCK * blocks + 1)
+            if keys >= start:
+                waves = kv_heads * seqs
+    elif row == ATTN_DECODE and sms and seqs > 0:
         blocks = -(-(heads // kv_heads) // DECODE_PACKED_ROWS)
         waves = -(-(seqs * kv_heads * blocks) // sms) * head_dim
     x, y = float(heads) * keys, float(kv_heads * seqs)

@@ -45,19 +45,32 @@ def decode_steps(
     return [s if s >= host else host for s in steps]  # ``max(kernels, host_s)``
 
 
-def affine_in_keys(
-    batch: int, heads: tuple[int, int, int, int, int, int | None]
-) -> tuple[float, float, float, float, float, float]:
-    """``(fn, b0, bn, xn, y, z)``: the attention decode features of ``batch`` sequences
+# ``features.attn_decode_sums``' arguments after the batch and the keys (``CostModel.
+# _attn_heads``): heads, KV heads, head dim, element and K/V element bytes, SMs, launch rule.
+DecodeHeads = tuple[int, int, int, int, int, "int | None", str]
+# ``affine_in_keys``' coefficients: (fn, b0, bn, xn, y, z, zk).
+AffineKeys = tuple[float, float, float, float, float, float, float]
+
+
+def affine_in_keys(batch: int, heads: DecodeHeads) -> AffineKeys:
+    """``(fn, b0, bn, xn, y, z, zk)``: the attention decode features of ``batch`` sequences
     reading ``n`` keys in all are ``fn n`` FLOPs, ``b0 + bn n`` bytes, ``xn n`` score
-    elements, ``y`` tiles and ``z`` waves x head dim (``latency.compile_affine``). Read off
-    the features themselves at 0 and 1 key and checked at a third count: every term is an
-    integer."""
-    f0, b0, x0, y, z = ft.attn_decode_sums(batch, 0, *heads)
+    elements, ``y`` tiles and the launch extra ``z`` from ``zk`` keys on, 0 below
+    (``features.attn_decode_launch``: the FA3 grid's waves x head dim from 0 keys, or
+    TensorRT-LLM Hopper's XQA CTAs from the keys at which XQA runs; ``latency.
+    compile_affine``). Read off the features themselves at 0 and 1 key and checked at a
+    third count and on both sides of ``zk``: every term is an integer."""
+    f0, b0, x0, y, _ = ft.attn_decode_sums(batch, 0, *heads)
     f1, b1, x1, _, _ = ft.attn_decode_sums(batch, 1, *heads)
     fn, bn, xn = f1 - f0, b1 - b0, x1 - x0
+    z, zk = ft.attn_decode_launch(batch, 0, heads[0], heads[1], heads[2], heads[5], heads[6])
     n = 1 << 24
     fx, bx, xx, yx, zx = ft.attn_decode_sums(batch, n, *heads)
-    if (f0, x0) != (0.0, 0.0) or (fx, bx, xx, yx, zx) != (fn * n, b0 + bn * n, xn * n, y, z):
+    checks = [(n, zx)] + [(k, ft.attn_decode_sums(batch, k, *heads)[4]) for k in (zk - 1, zk)]
+    if (
+        (f0, x0) != (0.0, 0.0)
+        or (fx, bx, xx, yx) != (fn * n, b0 + bn * n, xn * n, y)
+        or any(got != (z if k >= zk else 0.0) for k, got in checks if 0 <= k < 1 << 53)
+    ):
         raise AssertionError("attention decode features are no longer affine in the keys")
-    return fn, b0, bn, xn, y, z
+    return fn, b0, bn, xn, y, z, zk

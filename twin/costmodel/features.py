@@ -213,10 +213,11 @@ def attn_decode_features(
     e: int,
     kv_e: int | None = None,
     sms: int | None = None,
+    rule: str = "",
 ) -> Features:
     """``batch`` single-token queries, each over ``keys`` keys (KV read dominates)."""
     flops, nbytes, scores, tiles, waves = attn_decode_sums(
-        batch, batch * keys, heads, kv_heads, head_dim, e, kv_e, sms
+        batch, batch * keys, heads, kv_heads, head_dim, e, kv_e, sms, rule
     )
     return flops, nbytes, {"score_elems": scores, "tiles": tiles, "waves_d": waves}
 
@@ -249,6 +250,85 @@ def attn_decode_waves_d(
     return float(-(-ctas // sms) * head_dim)
 
 
+# TensorRT-LLM's decode attention on Hopper is two kernels (docs/decisions.md, "the XQA /
+# masked-MHA kernel choice", helper xqa38; attn36's point (2)). The generation step runs the
+# JIT XQA kernel only where it supports the shape and "may have perf gain", else the masked
+# multi-head attention kernel. Read in NVIDIA/TensorRT-LLM as stored (the tables are 1.3.0rc20's;
+# the stored snapshots are of the 1.2 / 1.3 line, ``TRTLLM_NAMESPACE_BEGIN``):
+# ``cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderXQAImplJIT/
+# decoderXQAImplJIT.cpp`` (000a01de) ``shouldUse`` = ``supportConfig`` and ``mayHavePerfGain``:
+# ``num_kv_heads x batch_size x max(1, max_past_kv_length / kMinHistoryTokensPerBlock) x
+# kEnableMinBlockFactor >= multiProcessorCount`` (multi-block mode on, the engines' default);
+# ``decoderXQAConstants.h`` (12453212) ``kMinHistoryTokensPerBlock`` 128,
+# ``kEnableMinBlockFactor`` 4; ``decoderXQAImplJIT/kernelUtils.cpp`` (029e0a7c)
+# ``supportConfigCommon``: never for vanilla MHA (query heads = KV heads) at beam width 1,
+# ``supportConfigQGMMA`` / ``HMMA``: a group of at most 32 query heads, head dim a multiple of
+# 16 in [16, 256]. The fit's third extra on such a table is the XQA side's (sequence, KV head)
+# CTAs (``attn_decode_launch``): XQA and the masked MHA cost differently per CTA (attn36: ~36-40
+# ns grouped, ~11 ns ungrouped at one key on H100), and chosen on the train rows over the FA3
+# grid's ``waves_d`` and seven other forms (``benchmarks/results/xqa38-s38/variants_*.txt``).
+# The bf16-KV family only: on the fp8-KV tables the train rows kept the FA3 grid (every XQA
+# form fitted no better), so ``XQA_RULE_FAMILIES``.
+TRTLLM_XQA_RULE = "trtllm_xqa"
+XQA_MIN_HISTORY_TOKENS_PER_BLOCK = 128  # kMinHistoryTokensPerBlock
+XQA_ENABLE_MIN_BLOCK_FACTOR = 4  # kEnableMinBlockFactor
+XQA_MAX_GROUP = 32  # supportConfigQGMMA / HMMA: head_grp_size x beam_width <= 32
+TRTLLM_FRAMEWORK = "TensorRT-LLM"  # a fit's ``provenance`` ``framework``
+XQA_RULE_FAMILIES = frozenset({"attn_decode"})
+
+
+def decode_launch_rule(family: str, framework: str, device: str) -> str:
+    """The launch rule of attention decode fit ``family`` timed with ``framework`` on
+    ``device`` (its ``provenance``): ``TRTLLM_XQA_RULE`` for TensorRT-LLM's bf16-KV table on
+    Hopper, else "" (the FA3 grid's ``attn_decode_waves_d``). The fit reader and every
+    serving path take it from these three strings."""
+    if family in XQA_RULE_FAMILIES and framework == TRTLLM_FRAMEWORK and device in HOPPER_DEVICES:
+        return TRTLLM_XQA_RULE
+    return ""
+
+
+def xqa_from_keys(batch: int, heads: int, kv_heads: int, head_dim: int, sms: int | None) -> float:
+    """The fewest keys in all (one new key per sequence included) at which TensorRT-LLM's
+    Hopper decode of ``batch`` sequences runs XQA (see ``TRTLLM_XQA_RULE``); ``math.inf``
+    where it never does (vanilla MHA, a group above 32, an unsupported head dim, no SM count).
+    Each sequence's history is the even spread's, ``keys // batch - 1`` (the tables' cached
+    tokens; TensorRT-LLM reads the longest): ``max(1, history // 128) >= m``, ``m =
+    ceil(sms / (4 x kv_heads x batch))``, holds from ``batch x (128 m + 1)`` keys when m > 1."""
+    group = heads // kv_heads
+    if (
+        not sms
+        or batch <= 0
+        or group <= 1
+        or group > XQA_MAX_GROUP
+        or head_dim % 16
+        or not 16 <= head_dim <= 256
+    ):
+        return math.inf
+    blocks = -(-sms // (XQA_ENABLE_MIN_BLOCK_FACTOR * kv_heads * int(batch)))
+    if blocks <= 1:
+        return 0.0
+    return float(int(batch) * (XQA_MIN_HISTORY_TOKENS_PER_BLOCK * blocks + 1))
+
+
+def attn_decode_launch(
+    batch: float,
+    keys: Sums,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    sms: int | None,
+    rule: str = "",
+) -> tuple[float, float]:
+    """``(z, from_keys)``: the attention decode families' third extra is ``z`` where the keys
+    in all reach ``from_keys``, else 0. ``rule`` "" (``decode_launch_rule``): the FA3 grid's
+    waves x head dim from no keys (``attn_decode_waves_d``); ``TRTLLM_XQA_RULE``: the XQA
+    kernel's (sequence, KV head) CTAs from ``xqa_from_keys`` on (the masked MHA below)."""
+    if rule == TRTLLM_XQA_RULE:
+        start = xqa_from_keys(int(batch), heads, kv_heads, head_dim, sms)
+        return (0.0, 0.0) if start == math.inf else (float(kv_heads * batch), start)
+    return attn_decode_waves_d(batch, heads, kv_heads, head_dim, sms), 0.0
+
+
 def attn_decode_sums(
     batch: float,
     keys: Sums,
@@ -258,14 +338,23 @@ def attn_decode_sums(
     e: int,
     kv_e: int | None = None,
     sms: int | None = None,
-) -> tuple[Sums, Sums, Sums, Sums, float]:
-    """(FLOPs, bytes, score elements, tiles, waves x head dim) of ``batch`` decode queries
+    rule: str = "",
+) -> tuple[Sums, Sums, Sums, Sums, Sums]:
+    """(FLOPs, bytes, score elements, tiles, the launch extra) of ``batch`` decode queries
     over ``keys`` keys in all: a prefill of one query per sequence, every key's K/V row read
-    once; the launch's waves over ``sms`` SMs (``attn_decode_waves_d``; 0 without)."""
+    once; the launch extra of the fit's ``rule`` (``attn_decode_launch``: the FA3 grid's waves
+    over ``sms`` SMs, or TensorRT-LLM Hopper's XQA CTAs; 0 without an SM count)."""
     flops, nbytes, scores, tiles = attn_prefill_sums(
         batch, keys, keys, batch, heads, kv_heads, head_dim, e, kv_e
     )
-    return flops, nbytes, scores, tiles, attn_decode_waves_d(batch, heads, kv_heads, head_dim, sms)
+    z, start = attn_decode_launch(batch, keys, heads, kv_heads, head_dim, sms, rule)
+    if not start:
+        return flops, nbytes, scores, tiles, z
+    import numpy as np  # late, as the rest of this module needs none
+
+    if np.ndim(keys) == 0:
+        return flops, nbytes, scores, tiles, z if keys >= start else 0.0
+    return flops, nbytes, scores, tiles, np.where(np.asarray(keys) >= start, z, 0.0)
 
 
 def ssm_scan_features(

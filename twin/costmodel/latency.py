@@ -223,14 +223,16 @@ def compile_many(
 
 def compile_affine(
     kernel: str, params: dict[str, float], peaks: dict[str, float]
-) -> Callable[[float, float, float, float, float, float, Iterable[int]], list[float]]:
+) -> Callable[[float, float, float, float, float, float, float, Iterable[int]], list[float]]:
     """``compile_fast`` over counts ``n`` whose features are ``flops = fn * n``, ``bytes =
-    b0 + bn * n``, ``x = xn * n`` and a fixed ``y`` and ``z``: ``(fn, b0, bn, xn, y, z, counts) ->
-    [seconds per count]``, each equal to ``compile_fast``'s price of those features to
-    the bit (the same operations in the same order; the features themselves are exact
-    while they are integers below 2^53). A tight loop without a call per element, for
-    short runs of decode steps (``CostModel.decode_steps_s``: ``n`` the keys read). Not for
-    a formula of several lines (``KernelFormula.lines``): refused."""
+    b0 + bn * n``, ``x = xn * n``, a fixed ``y``, and ``z`` from ``zk`` counts on (0 below:
+    TensorRT-LLM Hopper's XQA CTAs, ``features.attn_decode_launch``; ``zk`` 0 elsewhere):
+    ``(fn, b0, bn, xn, y, z, zk, counts) -> [seconds per count]``, each equal to
+    ``compile_fast``'s price of those features to the bit (the same operations in the same
+    order; the features themselves are exact while they are integers below 2^53). A tight
+    loop without a call per element, for short runs of decode steps (``CostModel.
+    decode_steps_s``: ``n`` the keys read). Not for a formula of several lines
+    (``KernelFormula.lines``): refused."""
     if get_formula(kernel).lines > 1:
         raise TwinError(f"kernel {kernel!r}: no affine form for a formula of several lines")
     return _compile_pair(kernel, params, peaks)[2]
@@ -295,9 +297,19 @@ def _bandwidth_plus(
         return out + cy * np.asarray(y, np.float64) + cz * np.asarray(z, np.float64)
 
     def affine(
-        fn: float, b0: float, bn: float, xn: float, y: float, z: float, counts: Iterable[int]
+        fn: float,
+        b0: float,
+        bn: float,
+        xn: float,
+        y: float,
+        z: float,
+        zk: float,
+        counts: Iterable[int],
     ) -> list[float]:
-        return [t0 + (b0 + bn * n) * inv_b + cx * (xn * n) + cy * y + cz * z for n in counts]
+        return [
+            t0 + (b0 + bn * n) * inv_b + cx * (xn * n) + cy * y + cz * (z if n >= zk else 0.0)
+            for n in counts
+        ]
 
     return scalar, many, affine
 
@@ -317,7 +329,14 @@ def _compile_pair(
             return t0 + np.broadcast_arrays(b, np.asarray(flops))[0]
 
         def bandwidth_affine(
-            fn: float, b0: float, bn: float, xn: float, y: float, z: float, counts: Iterable[int]
+            fn: float,
+            b0: float,
+            bn: float,
+            xn: float,
+            y: float,
+            z: float,
+            zk: float,
+            counts: Iterable[int],
         ) -> list[float]:
             return [t0 + (b0 + bn * n) * inv_b for n in counts]
 
@@ -359,14 +378,22 @@ def _compile_pair(
         return out
 
     def affine(
-        fn: float, b0: float, bn: float, xn: float, y: float, z: float, counts: Iterable[int]
+        fn: float,
+        b0: float,
+        bn: float,
+        xn: float,
+        y: float,
+        z: float,
+        zk: float,
+        counts: Iterable[int],
     ) -> list[float]:
         out = []
-        cyy, czz = cy * y, cz * z
+        # ``z`` from ``zk`` keys on, 0 below (``decode_pricing.affine_in_keys``).
+        cyy, czz, czz0 = cy * y, cz * z, cz * 0.0
         for n in counts:
             # ``fast`` on (fn * n, b0 + bn * n, xn * n, y, z), inline (the same additions
             # in the same order: ``czz`` added after ``cyy``, not summed with it first).
-            a = fn * n * inv_f + cx * (xn * n) + cyy + czz
+            a = fn * n * inv_f + cx * (xn * n) + cyy + (czz if n >= zk else czz0)
             b = (b0 + bn * n) * inv_b
             if a <= 0.0:
                 out.append(t0 + b)

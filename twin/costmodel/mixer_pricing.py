@@ -90,7 +90,9 @@ class MixerPricing(ShardShapes):
                     )
                     parts.append((kind, "attn_prefill", k["attn_prefill"](*feats)))
                 if f.decodes:
-                    dec = ft.attn_decode_sums(f.decodes, dec_keys, *heads, self.sms)
+                    dec = ft.attn_decode_sums(
+                        f.decodes, dec_keys, *heads, self.sms, self.decode_rule
+                    )
                     parts.append((kind, "attn_decode", k["attn_decode"](*dec)))
         if kinds.get("mla"):  # twin.costmodel.mla_pricing
             parts.extend(self._mla_parts(f))

@@ -426,7 +426,9 @@ class MlaPricing(ShardShapes):
             # absorbed kernel packs them (``mla_features.mla_absorbed_sums``).
             half = (d.kv_lora + d.rope) // 2
             heads = d.heads * width
-            feats = ft.attn_decode_sums(batch, kv, heads, 1, half, e, kv_e, self.sms)
+            feats = ft.attn_decode_sums(
+                batch, kv, heads, 1, half, e, kv_e, self.sms, self.decode_rule
+            )
             attn = self._k["attn_decode"](*feats)
             kernel = "attn_decode"
         return [("mla", "mla_bmm", bmms), ("mla", kernel, attn)]

@@ -56,7 +56,7 @@ from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import StepCost
 from twin.costmodel.copy_pricing import TIERS, CopyPricing
-from twin.costmodel.decode_pricing import affine_in_keys, decode_steps
+from twin.costmodel.decode_pricing import AffineKeys, DecodeHeads, affine_in_keys, decode_steps
 from twin.costmodel.dense_pricing import DensePricing
 from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.mixer_pricing import MixerPricing
@@ -139,6 +139,12 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         self._setup_linear_kernels()
         # The attention decode kernel over a run of steps (``decode_steps_s``).
         decode = self.kernel_keys["attn_decode"]
+        # Its launch rule, read from the fit's provenance as the fit reader read it
+        # (``features.decode_launch_rule``: TensorRT-LLM Hopper's XQA / masked-MHA choice).
+        source = profile.kernels[decode].provenance or {}
+        self.decode_rule = ft.decode_launch_rule(
+            decode, str(source.get("framework", "")), str(source.get("device", ""))
+        )
         self._attn_decode_many = lat.compile_many(
             decode, profile.kernels[decode].params, profile.peaks
         )
@@ -149,7 +155,7 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
             decode, profile.kernels[decode].params, profile.peaks
         )
         # Per decode batch size: the attention decode features' coefficients in the keys.
-        self._decode_keys_affine: dict[int, tuple[float, float, float, float, float, float]] = {}
+        self._decode_keys_affine: dict[int, AffineKeys] = {}
         self._setup_shapes()
         self._setup_rope()
         self._setup_allreduce()
@@ -410,18 +416,19 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
                 self._decode_shapes[batch] = shape
         return shape
 
-    def _keys_affine(self, batch: int) -> tuple[float, float, float, float, float, float]:
+    def _keys_affine(self, batch: int) -> AffineKeys:
         """``affine_in_keys`` for ``batch`` decodes, remembered."""
         coeffs = self._decode_keys_affine.get(batch)
         if coeffs is None:
             coeffs = self._decode_keys_affine[batch] = affine_in_keys(batch, self._attn_heads())
         return coeffs
 
-    def _attn_heads(self) -> tuple[int, int, int, int, int, int | None]:
+    def _attn_heads(self) -> DecodeHeads:
         """``features.attn_decode_sums``' arguments after the batch and the keys: the
-        rank's heads, KV heads, head dim, element and K/V element bytes, the SMs."""
+        rank's heads, KV heads, head dim, element and K/V element bytes, the SMs, the
+        decode fit's launch rule."""
         h = (self.heads, self.kv_heads, self.head_dim, self.elem_bytes, self.kv_elem_bytes)
-        return (*h, self.sms)
+        return (*h, self.sms, self.decode_rule)
 
     def _decode_shape(self, batch: int) -> tuple[float, float, int | None, list[float], float]:
         """What a pure-decode step of ``batch`` sequences costs besides the context sum.

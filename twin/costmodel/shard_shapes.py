@@ -40,6 +40,8 @@ class ShardShapes:
     # waves of a launch's tiles (``features.gemm_wave_k``, ``features.sglang_grid_flops``,
     # ``mla_features.mla_bmm_features``).
     sms: int | None
+    # The attention decode fit's launch rule (``features.decode_launch_rule``).
+    decode_rule: str
     d_model: int
     heads: int
     kv_heads: int
