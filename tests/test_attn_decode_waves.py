@@ -174,7 +174,7 @@ def test_a_serving_decode_prices_the_waves_of_its_gpu() -> None:
     compiled = CostModel(get_model("llama-3-8b"), prof)
     assert compiled.compile_steps()
     heads = plain._attn_heads()
-    assert plain.sms == H100_SMS and heads[-2:] == (H100_SMS, "")  # vLLM: the FA3 grid
+    assert plain.sms == H100_SMS and heads[-2:] == (H100_SMS, ft.FA3_GRID_RULE)  # vLLM: FA3
     fast = lat.compile_fast("attn_decode", fit.params, prof.peaks)
     assert fast(*ft.attn_decode_sums(40, 40 * 2000, *heads)) > fast(
         *ft.attn_decode_sums(40, 40 * 2000, *heads[:-2])

@@ -186,10 +186,13 @@ def attention_rows(
         if phase == "prefill" and fmha == "fp8":
             source = f"{source}, fp8 FMHA"
     sms = system_sm_count(system)  # the decode launch's waves (``ft.attn_decode_waves_d``)
-    # The decode kernel's launch rule, from the family's framework and device as serving
-    # reads them from the fit's ``provenance`` (``ft.decode_launch_rule``).
+    # The decode kernel's launch rule, from the family's framework, device and kernel source
+    # as serving reads them from the fit's ``provenance`` (``ft.decode_launch_rule``).
     rule = ft.decode_launch_rule(
-        kernel, ENGINE_NAMES.get(engine, engine), str(raw[0].get("device", "")) if raw else ""
+        kernel,
+        ENGINE_NAMES.get(engine, engine),
+        str(raw[0].get("device", "")) if raw else "",
+        source,
     )
     out = []
     for i, r in enumerate(raw):

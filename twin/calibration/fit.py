@@ -170,7 +170,7 @@ def predict_rows(
     """Predicted seconds of ``rows`` (vectorised; same formula as ``latency.predict``)."""
     f = get_formula(kernel)
     flops, nbytes, extras, _ = _columns(kernel, rows)
-    theta = np.array([params[n] for n in f.param_names])
+    theta = np.array([params[n] for n in f.params_of(params)])
     return _model(kernel, theta, peaks, flops, nbytes, extras)
 
 

@@ -38,12 +38,13 @@ from twin.costmodel.features import (
     CONV_UPDATE_RESIDENT,
     CONV_UPDATE_THREADS,
     DECODE_PACKED_ROWS,
+    FLASHINFER_BLOCKS_PER_SM,
     GEMM_TILE_M,
     GEMM_TILE_N,
-    TRTLLM_XQA_RULE,
     XQA_ENABLE_MIN_BLOCK_FACTOR,
     XQA_MAX_GROUP,
     XQA_MIN_HISTORY_TOKENS_PER_BLOCK,
+    launch_code,
 )
 from twin.jit import jit
 
@@ -183,7 +184,7 @@ GDN_SEQ_ROW = 13  # (the GDN chunk's seconds a chunk of its sequential pass, ``m
     WINDOW,  # ``_shape_args``' window (0: none)
     KV_ELEM,  # bytes per K/V element attention reads (``CostModel.kv_elem_bytes``)
     SMS,  # the SMs a GEMM's / decode attention's waves run over (``CostModel.sms``; 0: not known)
-    XQA,  # 1: the decode fit's launch rule is TensorRT-LLM Hopper's XQA choice, 0: the FA3 grid
+    LAUNCH,  # the decode fit's launch rule (``features.launch_code``): 1 XQA, 2 FlashInfer, 0 FA3
 ) = range(33)
 _KINDS = {"attention", "swa", "mamba2", "mamba1", "gdn"}
 
@@ -233,7 +234,7 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         m.sliding_window or 0,
         cm.kv_elem_bytes,
         cm.sms or 0,
-        int(cm.decode_rule == TRTLLM_XQA_RULE),
+        launch_code(cm.decode_rule),
     ]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
         return None
@@ -271,7 +272,8 @@ def _attention_s(
 ) -> float:
     """``features.attn_prefill_sums`` priced by kernel ``row``; the decode kernel's
     (``ATTN_DECODE``) with its launch extra (``features.attn_decode_launch``: the FA3 grid's
-    waves x head dim, or TensorRT-LLM Hopper's XQA CTAs from ``xqa_from_keys`` on; integers,
+    waves x head dim, FlashInfer's (``flashinfer_decode_waves``), or TensorRT-LLM Hopper's XQA
+    CTAs from ``xqa_from_keys`` on; integers,
     exact as there)."""
     e, heads, kv_heads, head_dim = mi[ELEM], mi[HEADS], mi[KV_HEADS], mi[HEAD_DIM]
     kv_e = mi[KV_ELEM]
@@ -282,13 +284,18 @@ def _attention_s(
         nbytes = e * 2.0 * queries * heads * head_dim + kv_e * 2.0 * kv_rows * kv_heads * head_dim
     waves = 0
     sms = mi[SMS]
-    if row == ATTN_DECODE and sms and seqs > 0 and mi[XQA]:
+    if row == ATTN_DECODE and sms and seqs > 0 and mi[LAUNCH] == 1:
         group = heads // kv_heads
         if 1 < group <= XQA_MAX_GROUP and head_dim % 16 == 0 and 16 <= head_dim <= 256:
             blocks = -(-sms // (XQA_ENABLE_MIN_BLOCK_FACTOR * kv_heads * seqs))
             start = 0 if blocks <= 1 else seqs * (XQA_MIN_HISTORY_TOKENS_PER_BLOCK * blocks + 1)
             if keys >= start:
                 waves = kv_heads * seqs
+    elif row == ATTN_DECODE and sms and seqs > 0 and mi[LAUNCH] == 2:
+        group = heads // kv_heads
+        tile_q = 128 if group > 64 else (64 if group > 16 else 16)  # flashinfer_cta_tile_q
+        ctas = seqs * kv_heads * -(-group // tile_q)
+        waves = -(-ctas // (FLASHINFER_BLOCKS_PER_SM * sms)) * head_dim
     elif row == ATTN_DECODE and sms and seqs > 0:
         blocks = -(-(heads // kv_heads) // DECODE_PACKED_ROWS)
         waves = -(-(seqs * kv_heads * blocks) // sms) * head_dim

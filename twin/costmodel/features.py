@@ -222,25 +222,69 @@ def attn_decode_features(
     return flops, nbytes, {"score_elems": scores, "tiles": tiles, "waves_d": waves}
 
 
-# The packed query rows of one decode CTA (``attn_decode_waves_d``): FlashAttention-3 packs a
-# KV head's query heads into the query rows of one m-block (``flash_api.cpp``
-# ``get_num_splits`` / ``heuristics.h`` ``should_pack_gqa``, Dao-AILab/flash-attention
-# ``hopper/`` commits 07602adc, 13d0fd9c; its 64-row block, ``mla_features.FA3_BLOCK_M``).
-# One block for every GQA ratio up to 64, so the grid is (sequence, KV head) on the engines'
-# models.
+# The attention decode families' third extra is the launch of the kernel each table times
+# (``decode_launch_rule``, from the fit's ``provenance``; docs/decisions.md, "the decode launch
+# extra per kernel", helper attnfix39). The kernels, their grids as read:
+# - FlashAttention-3 (vLLM ``vllm_flash_attn_fa3``, SGLang ``fa3``: Hopper): one CTA per
+#   (sequence, KV head, 64 packed query rows), the KV head's query heads packed into one
+#   m-block (Dao-AILab/flash-attention ``hopper/flash_api.cpp`` ``get_num_splits``,
+#   ``heuristics.h`` ``should_pack_gqa``, commits 07602adc / 13d0fd9c; the 64-row block
+#   ``mla_features.FA3_BLOCK_M``). ``FA3_GRID_RULE``.
+# - FlashAttention-2 (vLLM ``vllm_flash_attn_fa2`` / ``vllm_flash_attn``: A100, L40S, RTX PRO
+#   6000): ``mha_varlen_fwd`` with one query a sequence swaps the group into the query rows
+#   (``seqlenq_ngroups_swapped``: ``max_seqlen_q = ngroups``, ``num_heads = num_heads_k``;
+#   vllm-project/flash-attention ``csrc/flash_attn/flash_api.cpp`` 04325b67) and runs the
+#   split-KV kernel, ``kBlockM = 64`` "fixed for all head dimensions", grid
+#   ``(ceil(seqlen_q / 64), b, h)`` (``src/flash_fwd_launch_template.h`` fcc8a217
+#   ``run_flash_splitkv_fwd`` / ``run_mha_fwd_splitkv_dispatch``): the same CTAs as FA3's.
+#   ``FA2_GRID_RULE``, priced as FA3's.
+# - FlashInfer (SGLang ``flashinfer``: Blackwell, L40S, RTX PRO 6000): SGLang decodes with
+#   FlashInfer's tensor-core (prefill) kernel for an fp8 KV cache and for a group of 4 or
+#   more, else its decode kernel (sgl-project/sglang ``python/sglang/srt/layers/attention/
+#   flashinfer_backend.py`` 0005834c ``should_use_tensor_core``). The decode kernel's grid is
+#   ``(padded_batch_size, num_kv_heads)``, the whole group in one CTA (flashinfer-ai/flashinfer
+#   ``include/flashinfer/attention/decode.cuh`` 9ca04e4d); the tensor-core kernel's one CTA
+#   per (sequence, KV head, ``cta_tile_q`` packed rows), ``FA2DetermineCtaTileQ``: 128 above
+#   64 packed rows, 64 above 16, else 16 (``include/flashinfer/utils.cuh`` 0d618712). Both
+#   plans (``attention/scheduler.cuh`` 24fd9fc7) run that grid unsplit where ``batch x
+#   kv_heads >= max_grid_size = num_blocks_per_sm x num_sm`` (the occupancy API's blocks a
+#   SM), else split the KV into at most ``max_grid_size`` CTAs: the unsplit grid's waves are
+#   over ``num_blocks_per_sm`` CTAs a SM, not one. ``FLASHINFER_GRID_RULE``
+#   (``flashinfer_decode_waves``); the blocks a SM, which the occupancy API answers at run
+#   time, chosen on the train rows (``FLASHINFER_BLOCKS_PER_SM``).
+# - TensorRT-LLM on Hopper, bf16 KV: XQA or the masked MHA (``TRTLLM_XQA_RULE`` below).
+# - Not read, the FA3 grid's feature kept (``UNREAD_GRID_RULE``): TensorRT-LLM's other tables
+#   (A100, L40S, RTX PRO 6000: XQA / masked MHA, whose ``mayHavePerfGain`` was confirmed on
+#   Hopper only; Blackwell: trtllm-gen FMHA cubins; the Hopper fp8-KV table, whose train rows
+#   kept the FA3 grid, xqa38), vLLM's ``vllm_flashinfer_trtllmdecode`` (FlashInfer's
+#   trtllm-gen decode cubins: no launch source), SGLang 0.5.10's ``flash_attention`` (A100),
+#   and every fit without a provenance (datasheets).
 DECODE_PACKED_ROWS = 64
+FA3_GRID_RULE = "fa3_grid"
+FA2_GRID_RULE = "fa2_grid"
+FLASHINFER_GRID_RULE = "flashinfer_grid"
+UNREAD_GRID_RULE = ""
+FA3_SOURCES = frozenset({"vllm_flash_attn_fa3", "fa3"})  # the tables' ``kernel_source``
+FA2_SOURCES = frozenset({"vllm_flash_attn_fa2", "vllm_flash_attn"})
+FLASHINFER_SOURCES = frozenset({"flashinfer"})  # SGLang's lane (vLLM's are trtllm-gen's)
+SGLANG_FRAMEWORK = "SGLang"
+VLLM_FRAMEWORK = "vLLM"
+# FlashInfer's blocks a SM (``num_blocks_per_sm``), one for both kernels and every GPU: 1, 2,
+# 4, 8 ranked on the six SGLang FlashInfer profiles' train rows
+# (``benchmarks/results/attnfix39-s39/variants_flashinfer.txt``).
+FLASHINFER_BLOCKS_PER_SM = 2
 
 
 def attn_decode_waves_d(
     batch: float, heads: int, kv_heads: int, head_dim: int, sms: int | None
 ) -> float:
-    """The unsplit decode grid's waves over the SMs times the head dim: ``ceil(batch x
-    kv_heads x ceil(gqa / DECODE_PACKED_ROWS) / sms) x head_dim``, one CTA per (sequence,
-    KV head, block of packed query rows). A wave's per-CTA fixed work (the query tile, the
-    first K/V block, the output) scales with the head dim; the ``tiles`` term, linear in
-    the batch, misses that the time is flat up to a wave (the attention decode families'
-    ``waves_d`` extra; docs/decisions.md, "the decode launch's waves x head dim", helpers
-    attn36 / attn38). Constant in the keys (the affine decode runs stay affine,
+    """The FA3 (and FA2) unsplit decode grid's waves over the SMs times the head dim:
+    ``ceil(batch x kv_heads x ceil(gqa / DECODE_PACKED_ROWS) / sms) x head_dim``, one CTA per
+    (sequence, KV head, block of packed query rows). A wave's per-CTA fixed work (the query
+    tile, the first K/V block, the output) scales with the head dim; the ``tiles`` term,
+    linear in the batch, misses that the time is flat up to a wave (the attention decode
+    families' ``waves_d`` extra; docs/decisions.md, "the decode launch's waves x head dim",
+    helpers attn36 / attn38). Constant in the keys (the affine decode runs stay affine,
     ``decode_pricing.affine_in_keys``), non-decreasing in the batch; 0 where the SM count
     is not known (``twin.hardware.SM_COUNTS``: a datasheet profile prices as without it)."""
     if not sms or batch <= 0:
@@ -248,6 +292,26 @@ def attn_decode_waves_d(
     blocks = -(-(heads // kv_heads) // DECODE_PACKED_ROWS)
     ctas = int(batch) * kv_heads * blocks
     return float(-(-ctas // sms) * head_dim)
+
+
+def flashinfer_cta_tile_q(group: int) -> int:
+    """FlashInfer's ``FA2DetermineCtaTileQ`` at one query a sequence (packed rows = the
+    group; Ampere or newer, head dim under 256): 128 above 64 rows, 64 above 16, else 16."""
+    return 128 if group > 64 else (64 if group > 16 else 16)
+
+
+def flashinfer_decode_waves(
+    batch: float, heads: int, kv_heads: int, head_dim: int, sms: int | None
+) -> float:
+    """FlashInfer's unsplit decode grid's waves times the head dim (``FLASHINFER_GRID_RULE``):
+    ``ceil(batch x kv_heads x ceil(group / cta_tile_q) / (FLASHINFER_BLOCKS_PER_SM x sms)) x
+    head_dim``; at every group of 64 or less one CTA a (sequence, KV head), as the decode
+    kernel's grid. Constant in the keys, non-decreasing in the batch, 0 without an SM count."""
+    if not sms or batch <= 0:
+        return 0.0
+    group = heads // kv_heads
+    ctas = int(batch) * kv_heads * -(-group // flashinfer_cta_tile_q(group))
+    return float(-(-ctas // (FLASHINFER_BLOCKS_PER_SM * sms)) * head_dim)
 
 
 # TensorRT-LLM's decode attention on Hopper is two kernels (docs/decisions.md, "the XQA /
@@ -268,7 +332,9 @@ def attn_decode_waves_d(
 # ns grouped, ~11 ns ungrouped at one key on H100), and chosen on the train rows over the FA3
 # grid's ``waves_d`` and seven other forms (``benchmarks/results/xqa38-s38/variants_*.txt``).
 # The bf16-KV family only: on the fp8-KV tables the train rows kept the FA3 grid (every XQA
-# form fitted no better), so ``XQA_RULE_FAMILIES``.
+# form fitted no better), so ``XQA_RULE_FAMILIES``. The coefficient of an XQA fit is
+# ``c_xqa_ctas`` (``launch_coefficient``; a fit written as ``c_waves_d`` reads as it,
+# ``profile._upgrade``).
 TRTLLM_XQA_RULE = "trtllm_xqa"
 XQA_MIN_HISTORY_TOKENS_PER_BLOCK = 128  # kMinHistoryTokensPerBlock
 XQA_ENABLE_MIN_BLOCK_FACTOR = 4  # kEnableMinBlockFactor
@@ -277,14 +343,41 @@ TRTLLM_FRAMEWORK = "TensorRT-LLM"  # a fit's ``provenance`` ``framework``
 XQA_RULE_FAMILIES = frozenset({"attn_decode"})
 
 
-def decode_launch_rule(family: str, framework: str, device: str) -> str:
-    """The launch rule of attention decode fit ``family`` timed with ``framework`` on
-    ``device`` (its ``provenance``): ``TRTLLM_XQA_RULE`` for TensorRT-LLM's bf16-KV table on
-    Hopper, else "" (the FA3 grid's ``attn_decode_waves_d``). The fit reader and every
-    serving path take it from these three strings."""
+def decode_launch_rule(family: str, framework: str, device: str, kernel_source: str = "") -> str:
+    """The launch rule of attention decode fit ``family`` timed with ``framework``'s
+    ``kernel_source`` on ``device`` (its ``provenance``): ``TRTLLM_XQA_RULE`` for
+    TensorRT-LLM's bf16-KV table on Hopper, ``FA3_GRID_RULE`` / ``FA2_GRID_RULE`` for vLLM's
+    and SGLang's FlashAttention tables, ``FLASHINFER_GRID_RULE`` for SGLang's FlashInfer ones,
+    else ``UNREAD_GRID_RULE`` (the FA3 grid's feature kept: no launch source read). The fit
+    reader and every serving path take it from these strings."""
     if family in XQA_RULE_FAMILIES and framework == TRTLLM_FRAMEWORK and device in HOPPER_DEVICES:
         return TRTLLM_XQA_RULE
-    return ""
+    if framework in (VLLM_FRAMEWORK, SGLANG_FRAMEWORK) and kernel_source in FA3_SOURCES:
+        return FA3_GRID_RULE
+    if framework == VLLM_FRAMEWORK and kernel_source in FA2_SOURCES:
+        return FA2_GRID_RULE
+    if framework == SGLANG_FRAMEWORK and kernel_source in FLASHINFER_SOURCES:
+        return FLASHINFER_GRID_RULE
+    return UNREAD_GRID_RULE
+
+
+# The third coefficient's name by launch rule: what it prices (``profile._upgrade`` reads an
+# XQA fit written with the FA3 grid's name).
+XQA_COEFFICIENT = "c_xqa_ctas"
+WAVES_COEFFICIENT = "c_waves_d"
+
+
+def launch_coefficient(rule: str) -> str:
+    """The name of the decode fit's third coefficient under launch ``rule``: ``c_xqa_ctas``
+    (the XQA side's CTAs) under ``TRTLLM_XQA_RULE``, else ``c_waves_d`` (a grid's waves x
+    head dim)."""
+    return XQA_COEFFICIENT if rule == TRTLLM_XQA_RULE else WAVES_COEFFICIENT
+
+
+def launch_code(rule: str) -> int:
+    """The compiled step's integer for ``rule`` (``compiled.LAUNCH``): 1 XQA, 2 FlashInfer's
+    grid, 0 the FA3 / FA2 grid (and the unread tables, which keep it)."""
+    return {TRTLLM_XQA_RULE: 1, FLASHINFER_GRID_RULE: 2}.get(rule, 0)
 
 
 def xqa_from_keys(batch: int, heads: int, kv_heads: int, head_dim: int, sms: int | None) -> float:
@@ -320,12 +413,16 @@ def attn_decode_launch(
     rule: str = "",
 ) -> tuple[float, float]:
     """``(z, from_keys)``: the attention decode families' third extra is ``z`` where the keys
-    in all reach ``from_keys``, else 0. ``rule`` "" (``decode_launch_rule``): the FA3 grid's
-    waves x head dim from no keys (``attn_decode_waves_d``); ``TRTLLM_XQA_RULE``: the XQA
-    kernel's (sequence, KV head) CTAs from ``xqa_from_keys`` on (the masked MHA below)."""
+    in all reach ``from_keys``, else 0, by the fit's ``rule`` (``decode_launch_rule``):
+    ``FLASHINFER_GRID_RULE``: FlashInfer's grid's waves x head dim from no keys
+    (``flashinfer_decode_waves``); ``TRTLLM_XQA_RULE``: the XQA kernel's (sequence, KV head)
+    CTAs from ``xqa_from_keys`` on (the masked MHA below); any other: the FA3 / FA2 grid's
+    waves x head dim from no keys (``attn_decode_waves_d``)."""
     if rule == TRTLLM_XQA_RULE:
         start = xqa_from_keys(int(batch), heads, kv_heads, head_dim, sms)
         return (0.0, 0.0) if start == math.inf else (float(kv_heads * batch), start)
+    if rule == FLASHINFER_GRID_RULE:
+        return flashinfer_decode_waves(batch, heads, kv_heads, head_dim, sms), 0.0
     return attn_decode_waves_d(batch, heads, kv_heads, head_dim, sms), 0.0
 
 
@@ -342,8 +439,9 @@ def attn_decode_sums(
 ) -> tuple[Sums, Sums, Sums, Sums, Sums]:
     """(FLOPs, bytes, score elements, tiles, the launch extra) of ``batch`` decode queries
     over ``keys`` keys in all: a prefill of one query per sequence, every key's K/V row read
-    once; the launch extra of the fit's ``rule`` (``attn_decode_launch``: the FA3 grid's waves
-    over ``sms`` SMs, or TensorRT-LLM Hopper's XQA CTAs; 0 without an SM count)."""
+    once; the launch extra of the fit's ``rule`` (``attn_decode_launch``: the FA3 / FA2 or
+    FlashInfer grid's waves over ``sms`` SMs, or TensorRT-LLM Hopper's XQA CTAs; 0 without an
+    SM count)."""
     flops, nbytes, scores, tiles = attn_prefill_sums(
         batch, keys, keys, batch, heads, kv_heads, head_dim, e, kv_e
     )
@@ -1187,8 +1285,11 @@ __all__ = [
     "attn_prefill_sums",
     "conv1d_features",
     "copy_features",
+    "decode_launch_rule",
     "elementwise_features",
     "expert_token_tile",
+    "flashinfer_cta_tile_q",
+    "flashinfer_decode_waves",
     "flashinfer_default_tile",
     "gather_features",
     "gemm_features",
@@ -1197,6 +1298,8 @@ __all__ = [
     "gemm_sums_at",
     "gemm_tile_rule",
     "gemm_wave_k",
+    "launch_code",
+    "launch_coefficient",
     "marlin_block_m",
     "moe_expert_tiles",
     "moe_features",

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from twin.errors import TwinError
 
@@ -91,6 +92,11 @@ class KernelFormula:
     # two-shot kernels, NCCL above them; NCCL's own protocols). Named ``min<lines>``; no
     # extras, serial features or floor with it.
     lines: int = 1
+    # Coefficients a fit may carry under another name, ``(formula's name, fit's name)``: the
+    # attention decode families' third, which prices what the fit's launch rule counts
+    # (``features.launch_coefficient``: ``c_xqa_ctas`` on TensorRT-LLM Hopper's XQA fits).
+    # Read by position: ``coefficient`` / ``params_of``.
+    aliases: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.lines <= MAX_LINES:
@@ -121,6 +127,20 @@ class KernelFormula:
         else:
             names += ["eff_bytes"]
         return (*names, *(f"c_{x}" for x in self.features), *((FLOOR_PARAM,) if self.floor else ()))
+
+    def params_of(self, params: dict[str, Any]) -> tuple[str, ...]:
+        """``param_names`` as fit ``params`` names them: an aliased coefficient under the
+        name the fit carries (``aliases``)."""
+        alias = {a: b for a, b in self.aliases if b in params and a not in params}
+        return tuple(alias.get(n, n) for n in self.param_names)
+
+    def coefficient(self, params: dict[str, Any], feature: str) -> float:
+        """Extra ``feature``'s coefficient in fit ``params``, under its own name or its
+        alias (``aliases``)."""
+        name = f"c_{feature}"
+        if name not in params:
+            name = next((b for a, b in self.aliases if a == name and b in params), name)
+        return float(params[name])
 
 
 # Quantised GEMM modes (the tables' names, ``twin.precision.WeightFormat.table_mode``)
@@ -487,8 +507,13 @@ GEMM_EXTRAS = ("weight_elems", "wave_k")
 # Held out, measured offline on every shipped profile: the median of the decode medians
 # 10.0 -> 8.0%, of the fp8-KV ones 8.0 -> 7.3% (docs/decisions.md, "the decode launch's
 # waves x head dim", helpers attn36 / attn38). A fit written before reads ``c_waves_d`` 0
-# (``profile._upgrade``): the same prices.
+# (``profile._upgrade``): the same prices. The third extra is the launch of the kernel each
+# table times (``features.decode_launch_rule``, helper attnfix39): a grid's waves x head dim
+# (``c_waves_d``), or on TensorRT-LLM Hopper's XQA fits the XQA side's CTAs, whose coefficient
+# is named ``c_xqa_ctas`` (``ATTN_DECODE_ALIASES``; ``profile._upgrade`` renames an XQA fit
+# written with ``c_waves_d``).
 ATTN_DECODE_EXTRAS = ("score_elems", "tiles", "waves_d")
+ATTN_DECODE_ALIASES = (("c_waves_d", "c_xqa_ctas"),)
 
 # NCCL's all-gather and reduce-scatter families' lines (``KernelFormula.lines``), the same
 # form on the ring's bytes, ``(n-1)/n B`` a GPU: NCCL's tuner prices each algorithm x
@@ -521,6 +546,7 @@ FORMULAS: dict[str, KernelFormula] = {
             True,
             ATTN_DECODE_EXTRAS,
             "one query token per sequence over its context",
+            aliases=ATTN_DECODE_ALIASES,
         ),
         KernelFormula("ssm_scan", "mem_bw", True, ("chunks",), "Mamba2 chunked (SSD) scan"),
         KernelFormula("ssm_step", "mem_bw", True, (), "Mamba2 one-token state update (decode)"),
@@ -608,6 +634,7 @@ FORMULAS: dict[str, KernelFormula] = {
             ATTN_DECODE_EXTRAS,
             "one query token per sequence over an fp8 KV cache",
             flops_peak="fp8_flops",
+            aliases=ATTN_DECODE_ALIASES,
         ),
         # Fused MoE experts (issue 34): one fit per expert format, from the tables'
         # ``moe_perf`` rows; without one the experts are priced as two GEMMs of the
@@ -870,7 +897,7 @@ def get_formula(kernel: str) -> KernelFormula:
 
 def check_params(kernel: str, params: dict[str, float]) -> None:
     """Refuse a parameter set that would break monotonicity or divide by zero."""
-    for name in get_formula(kernel).param_names:
+    for name in get_formula(kernel).params_of(params):
         v = params.get(name)
         if v is None or not math.isfinite(v) or v < 0:
             raise TwinError(

@@ -46,7 +46,7 @@ def compile_kernel(
 ) -> Callable[[float, float, dict[str, float]], float]:
     """A fast closure ``(flops, bytes, extras) -> seconds`` with the constants folded."""
     f = get_formula(kernel)
-    missing = [p for p in f.param_names if p not in params]
+    missing = [p for p in f.params_of(params) if p not in params]
     if missing:
         raise TwinError(f"kernel {kernel!r}: profile lacks parameter(s) {', '.join(missing)}")
     if f.lines > 1:
@@ -54,7 +54,7 @@ def compile_kernel(
         return lambda flops, nbytes, extras: lowest(flops, nbytes)
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
-    coeffs = [(x, float(params[f"c_{x}"])) for x in f.extras]
+    coeffs = [(x, f.coefficient(params, x)) for x in f.extras]
     if not f.uses_flops:
         if f.floor:  # at least the floor (the all-to-all's families)
             floor = float(params[FLOOR_PARAM])
@@ -170,7 +170,7 @@ def _compile_serial(
     p = float(params["p"])
     inv_p = 1.0 / p
     n_in = len(f.extras)
-    inside = [float(params[f"c_{x}"]) for x in f.extras]
+    inside = [f.coefficient(params, x) for x in f.extras]
     serial = [float(params[f"c_{x}"]) for x in f.serial]
     least = float(params[FLOOR_PARAM]) if f.floor else 0.0  # at least the floor
 
@@ -411,7 +411,7 @@ def _compile_pair(
 
 def _coefficients(f: KernelFormula, params: dict[str, float]) -> tuple[float, float, float]:
     """The extra features' coefficients in formula order, padded with zeros to three."""
-    cs = [*(float(params[f"c_{name}"]) for name in f.extras), 0.0, 0.0, 0.0]
+    cs = [*(f.coefficient(params, name) for name in f.extras), 0.0, 0.0, 0.0]
     return cs[0], cs[1], cs[2]
 
 

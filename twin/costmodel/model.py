@@ -140,10 +140,14 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         # The attention decode kernel over a run of steps (``decode_steps_s``).
         decode = self.kernel_keys["attn_decode"]
         # Its launch rule, read from the fit's provenance as the fit reader read it
-        # (``features.decode_launch_rule``: TensorRT-LLM Hopper's XQA / masked-MHA choice).
+        # (``features.decode_launch_rule``: the timed kernel's grid, or TensorRT-LLM Hopper's
+        # XQA / masked-MHA choice).
         source = profile.kernels[decode].provenance or {}
         self.decode_rule = ft.decode_launch_rule(
-            decode, str(source.get("framework", "")), str(source.get("device", ""))
+            decode,
+            str(source.get("framework", "")),
+            str(source.get("device", "")),
+            str(source.get("kernel_source", "")),
         )
         self._attn_decode_many = lat.compile_many(
             decode, profile.kernels[decode].params, profile.peaks

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.atomic import write_text_atomic
+from twin.costmodel import features as ft
 from twin.costmodel.engine_kernels import release_kernel, table_kernel
 from twin.costmodel.formulas import (
     FLOOR,
@@ -307,13 +308,14 @@ class Profile:
         for name, fit in fits:
             formula = get_formula(name)
             _upgrade(fit, formula)
+            _name_launch_coefficient(name, fit, formula)
             if fit.model != formula.model_name:
                 raise TwinError(
                     f"profile {self.gpu!r}, kernel {name!r}: model {fit.model!r} "
                     f"is not this version's {formula.model_name!r}"
                 )
             try:
-                check_fit(name, fit, formula.param_names)
+                check_fit(name, fit, formula.params_of(fit.params))
             except _Bad as bad:
                 raise TwinError(f"profile {self.gpu!r}: {bad}") from None
             check_params(name, fit.params)
@@ -614,6 +616,28 @@ def _upgrade(fit: KernelFit, formula: KernelFormula) -> None:
     for extra in new[1:]:
         fit.params.setdefault(FLOOR_PARAM if extra == FLOOR else f"c_{extra}", 0.0)
     fit.model = current
+
+
+def _name_launch_coefficient(name: str, fit: KernelFit, formula: KernelFormula) -> None:
+    """An aliased coefficient (``KernelFormula.aliases``: the attention decode families'
+    third) under the name its launch rule gives it (``features.launch_coefficient`` of
+    ``features.decode_launch_rule`` of the fit's ``provenance``): a TensorRT-LLM Hopper XQA
+    fit written with ``c_waves_d`` reads as ``c_xqa_ctas``, at the same value and position
+    (the same prices)."""
+    if not formula.aliases:
+        return
+    src = fit.provenance or {}
+    rule = ft.decode_launch_rule(
+        name,
+        str(src.get("framework", "")),
+        str(src.get("device", "")),
+        str(src.get("kernel_source", "")),
+    )
+    want = ft.launch_coefficient(rule)
+    for a, b in formula.aliases:
+        old = b if want == a else a if want == b else None
+        if old is not None and old in fit.params and want not in fit.params:
+            fit.params = {(want if k == old else k): v for k, v in fit.params.items()}
 
 
 def _overhead(data: Any) -> dict[str, Any] | None:
