@@ -120,3 +120,15 @@ def test_serving_prices_the_pass_unless_fused() -> None:
     assert fused._linear_q is not None and fused._linear_q[4] == ""
     assert fused._proj(m, k, n) < without
 
+
+@pytest.mark.parametrize("gpu", ["h100", "h200", "b200", "b300", "gb200", "gb300", "rtx-pro-6000"])
+def test_shipped_vllm_refits_hold_the_pass_at_the_hbm_peak(gpu: str) -> None:
+    prof = resolve_profile(gpu, None, "vllm")
+    assert prof.kernels["gemm_fp8"].params["c_act_quant_bytes"] == 1.0 / prof.peaks["mem_bw"]
+
+
+def test_l40s_vllm_keeps_no_pass() -> None:
+    # Not refitted: the pass at the peak made its train rows worse (vllmq39, train.txt).
+    assert (
+        resolve_profile("l40s", None, "vllm").kernels["gemm_fp8"].params["c_act_quant_bytes"] == 0.0
+    )
