@@ -491,8 +491,9 @@ GEMM_EXTRAS = ("weight_elems", "wave_k")
 # The per-tensor fp8 GEMM family's serial feature: the bytes of the activation
 # quantisation pass a table's call runs before the GEMM (``features.act_quant_bytes``;
 # vLLM's tables time a dynamic per-token one, ``features.act_quant_scheme``), priced
-# after the smooth maximum, a kernel of its own. Zero on a table that times none; a fit written before it
-# reads with ``c_act_quant_bytes`` 0 and prices as it did (``profile._upgrade``).
+# after the smooth maximum, a kernel of its own. Zero on a table that times none; a fit
+# written before it reads with ``c_act_quant_bytes`` 0 and prices as it did
+# (``profile._upgrade``).
 GEMM_FP8_SERIAL = ("act_quant_bytes",)
 # ... at a fixed rate, the HBM peak (``KernelFormula.fixed_rates``): the pass is a stream
 # over its bytes, not a coefficient the fit may scale (docs/decisions.md, "Issue 34, step:
