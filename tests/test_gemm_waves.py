@@ -199,13 +199,14 @@ def test_reader_and_serving_read_the_same_tiles() -> None:
     assert rule == ft.VLLM_SM90_FP8_TILES
     cm = CostModel(dataclasses.replace(get_model("llama-3-8b"), precision="fp8"), prof)
     assert cm._linear_q is not None
-    price, act, weight, tiles = cm._linear_q
+    price, act, weight, tiles, quant = cm._linear_q
     assert tiles == rule
     m, k, n = 64, 4096, 132 * 128
     sums = ft.gemm_sums_at(m, k, n, cm.elem_bytes, act, weight)
-    own = price(*sums, ft.gemm_wave_k(m, n, k, H100_SMS, 1, rule))
+    qb = ft.act_quant_bytes(m, k, cm.elem_bytes, quant)
+    own = price(*sums, ft.gemm_wave_k(m, n, k, H100_SMS, 1, rule), qb)
     assert cm._proj(m, k, n) == own
-    assert own != price(*sums, ft.gemm_wave_k(m, n, k, H100_SMS))
+    assert own != price(*sums, ft.gemm_wave_k(m, n, k, H100_SMS), qb)
     # B200's fit of the same kernel keeps the default tile.
     b200 = resolve_profile("b200", None, "vllm").kernels["gemm_fp8"].provenance
     assert ft.gemm_tile_rule(b200["kernel_source"], b200["device"]) == ""

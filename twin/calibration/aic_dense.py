@@ -75,6 +75,9 @@ def gemm_rows(
     # The kernel's own tiles (``ft.gemm_tile_rule``), from the strings its fit's
     # provenance keeps (``_family``: the first row's device), as serving reads them.
     tiles = ft.gemm_tile_rule(source, str(raw[0].get("device", "")) if raw else "")
+    # The activation quantisation the rows' calls run first (``ft.act_quant_scheme``), read
+    # from the same string (the fit's ``provenance.kernel_source``) as serving reads it.
+    quant = ft.act_quant_scheme(source)
     out = []
     for i, r in enumerate(raw):
         _require(r, ("m", "n", "k"), table, i)
@@ -82,7 +85,7 @@ def gemm_rows(
         feats = (
             ft.gemm_features(m, k, n, ELEM_BYTES, sms, tiles)
             if operands is None
-            else ft.gemm_features_at(m, k, n, ELEM_BYTES, *operands, sms, tiles)
+            else ft.gemm_features_at(m, k, n, ELEM_BYTES, *operands, sms, tiles, quant)
         )
         out.append(_row(kernel, feats, r["latency"], {"m": m, "n": n, "k": k}))
     family = _family(kernel, table, raw, source, out)
@@ -108,10 +111,12 @@ def gemm_rows(
 # dynamic). vLLM's collector times a dynamic scale too (``collector/vllm/collect_gemm.py``
 # ``Fp8Config(activation_scheme="dynamic")`` since ai-dynamo/aiconfigurator f027123fc,
 # and at d5bad971c, the 0.24.0 collection of the tables; "static" before), but its rows
-# are kept as measured: serving takes the dynamic floor off a static checkpoint's vLLM
-# fp8 GEMM itself (``DensePricing``, ``KernelLayout.fp8_static_activation``), and the
-# ``quantize/vllm`` tables are not read (review38, session 38: a comment that said the
-# vLLM rows were static corrected; the choice of route is left to the lead).
+# are kept as measured: the dynamic per-tensor quantisation each call runs (an amax
+# reduction, then the quantisation kernel) is the family's ``act_quant_bytes`` feature at
+# a fixed physical rate (``ft.act_quant_scheme``, ``ft.act_quant_s``), which serving
+# drops for a static checkpoint whose quantisation vLLM's compile fuses
+# (``DensePricing``, ``KernelLayout.fp8_static_activation``); the ``quantize/vllm``
+# tables are not read.
 DYNAMIC_FP8_GEMMS = ("trtllm",)
 COMPUTE_SCALE_TABLE = "computescale_perf.parquet"
 

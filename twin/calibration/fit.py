@@ -143,9 +143,25 @@ def fit_params(
     flops, nbytes, extras, y = _columns(kernel, rows)
     starts, lo, hi = _starts(kernel, peaks, flops, nbytes, extras, y)
     log_y = np.log(y)
+    # Coefficients held at a fixed physical rate (``KernelFormula.fixed_rates``): out of
+    # the search, their log values put back into every evaluation.
+    names = list(f.param_names)
+    fixed = {names.index(f"c_{x}"): -math.log(peaks[peak]) for x, peak in f.fixed_rates}
+    free = np.array([i for i in range(len(names)) if i not in fixed], dtype=int)
+    whole = np.zeros(len(names))
+    for i, v in fixed.items():
+        whole[i] = v
+
+    def full(u: np.ndarray) -> np.ndarray:
+        out = whole.copy()
+        out[free] = u
+        return out
 
     def resid(u: np.ndarray) -> np.ndarray:
-        return np.log(_model(kernel, np.exp(u), peaks, flops, nbytes, extras)) - log_y
+        return np.log(_model(kernel, np.exp(full(u)), peaks, flops, nbytes, extras)) - log_y
+
+    starts = [s[free] for s in starts]
+    lo, hi = lo[free], hi[free]
 
     from scipy.optimize import least_squares  # late: scipy costs every command ~0.6 s
 
@@ -157,7 +173,9 @@ def fit_params(
         if best is None or res.cost < best.cost:
             best = res
     assert best is not None
-    theta = np.exp(best.x)
+    theta = np.exp(full(best.x))
+    for x, peak in f.fixed_rates:  # exactly the rate, not its log's round trip
+        theta[names.index(f"c_{x}")] = 1.0 / peaks[peak]
     if f.lines > 1:  # the lines stored by latency (a stable order for the same prices)
         pairs = sorted(zip(theta[0::2], theta[1::2], strict=True))
         theta = np.array([v for pair in pairs for v in pair])

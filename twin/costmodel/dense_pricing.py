@@ -41,9 +41,11 @@ class DensePricing(ShardShapes):
     _allreduce_fit: Callable[..., float] | None
     _gather_fits: dict[str, Callable[..., float]]
     # A quantised format's GEMM fit: (its price, activation and weight bytes an element,
-    # its kernel's tile rule, ``features.gemm_tile_rule``); None: the bf16 GEMM.
-    _linear_q: tuple[Callable[..., float], float, float, str] | None
-    _expert_q: tuple[Callable[..., float], float, float, str] | None
+    # its kernel's tile rule, ``features.gemm_tile_rule``; the activation quantisation
+    # pass the served layer runs before it, ``features.act_quant_bytes``: "" none priced);
+    # None: the bf16 GEMM.
+    _linear_q: tuple[Callable[..., float], float, float, str, str] | None
+    _expert_q: tuple[Callable[..., float], float, float, str, str] | None
     # The fused-MoE fit of the experts' format with its operand bytes (None: no fit in the
     # profile, the experts are priced as GEMMs) and the profile key it was read from.
     # (the fused-MoE fit, activation and weight bytes an element, one CTA's weight bytes)
@@ -152,24 +154,30 @@ class DensePricing(ShardShapes):
 
         def quantised(
             fmt: px.WeightFormat,
-        ) -> tuple[Callable[..., float], float, float, str] | None:
+        ) -> tuple[Callable[..., float], float, float, str, str] | None:
             if fmt.bytes_per_param is None:
                 return None
             fit = prof.kernels[fmt.kernel]
             act, weight = px.gemm_operand_bytes(fmt, e)
             price = lat.compile_fast(fmt.kernel, fit.params, prof.peaks)
+            # The kernel's own tiles and the activation quantisation its table timed in
+            # each call, read from the fit's provenance as the fit read them.
+            source = fit.provenance or {}
+            kernel_source = str(source.get("kernel_source", ""))
+            tiles = ft.gemm_tile_rule(kernel_source, str(source.get("device", "")))
+            quant = ft.act_quant_scheme(kernel_source) if fm.get_formula(fmt.kernel).serial else ""
             if self.kernel_layout.fp8_static_activation and fmt.kernel == "gemm_fp8":
-                # KernelLayout.fp8_static_activation: the fit's floor above bf16's is the
-                # dynamic quantisation the table timed (aiconfigurator's
-                # collector/vllm/collect_gemm.py, Fp8Config(activation_scheme="dynamic")).
+                # KernelLayout.fp8_static_activation: the served layer's static quantisation
+                # runs fused into the pass before the GEMM, whereas the table timed a
+                # dynamic per-token one as a kernel of its own in each call (aiconfigurator
+                # d5bad971c collector/vllm/collect_gemm.py, Fp8Config(activation_scheme=
+                # "dynamic"); ``features.act_quant_scheme``): neither its bytes
+                # (``act_quant_bytes``) nor its launch, the fit's floor above bf16's, is
+                # priced.
                 gap = max(fit.params["t0_s"] - prof.kernels["gemm"].params["t0_s"], 0.0)
                 price = _less(price, gap)
-            # The kernel's own tiles, read from the fit's provenance as the fit read them.
-            source = fit.provenance or {}
-            tiles = ft.gemm_tile_rule(
-                str(source.get("kernel_source", "")), str(source.get("device", ""))
-            )
-            return price, act, weight, tiles
+                quant = ""
+            return price, act, weight, tiles, quant
 
         self._linear_q = quantised(self.priced.linear)
         expert = self.priced.expert
@@ -280,9 +288,12 @@ class DensePricing(ShardShapes):
         q = self._expert_q if expert else self._linear_q
         if q is None:
             return self._gemm(rows, k, n)
-        kernel, act, weight, tiles = q
+        kernel, act, weight, tiles, quant = q
         waves = ft.gemm_wave_k(rows, n, k, self.sms, 1, tiles)
-        return kernel(*ft.gemm_sums_at(rows, k, n, self.elem_bytes, act, weight), waves)
+        sums = ft.gemm_sums_at(rows, k, n, self.elem_bytes, act, weight)
+        if not quant:
+            return kernel(*sums, waves)
+        return kernel(*sums, waves, ft.act_quant_bytes(rows, k, self.elem_bytes, quant))
 
     def _dense(self, t: int, cost: StepCost | None) -> float:
         """Everything that depends only on the step's token count: GEMMs, norms, all-reduces."""
@@ -493,18 +504,23 @@ class DensePricing(ShardShapes):
                 down_waves,
             )
         else:  # the experts' format: activations and weights at its bytes, bf16 out
-            kernel, a, w, _ = q
+            kernel, a, w, _, quant = q
+            # Each GEMM's activation quantisation, where the served layer runs one.
+            up_quant = (ft.act_quant_bytes(rows, d, e, quant),) if quant else ()
+            down_quant = (ft.act_quant_bytes(rows, self.expert_width, e, quant),) if quant else ()
             up = kernel(
                 2.0 * rows * d * wide,
                 a * rows * d + w * active * d * wide + e * rows * wide,
                 active * d * wide,
                 up_waves,
+                *up_quant,
             )
             down = kernel(
                 2.0 * rows * self.expert_width * d,
                 a * rows * self.expert_width + w * active * self.expert_width * d + e * rows * d,
                 active * self.expert_width * d,
                 down_waves,
+                *down_quant,
             )
         router = self._router(t, n_exp)
         act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.expert_width))

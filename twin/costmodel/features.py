@@ -53,10 +53,20 @@ def gemm_features_at(
     w_e: float,
     sms: int | None = None,
     tiles: str = "",
+    quant: str = "",
 ) -> Features:
-    """``gemm_features`` of a quantised product (``gemm_sums_at``)."""
+    """``gemm_features`` of a quantised product (``gemm_sums_at``), with the activation
+    quantisation pass ``quant`` (``act_quant_bytes``: "" none) the call runs first."""
     flops, nbytes, weights = gemm_sums_at(m, k, n, e, act_e, w_e)
-    return flops, nbytes, {"weight_elems": weights, "wave_k": gemm_wave_k(m, n, k, sms, 1, tiles)}
+    return (
+        flops,
+        nbytes,
+        {
+            "weight_elems": weights,
+            "wave_k": gemm_wave_k(m, n, k, sms, 1, tiles),
+            "act_quant_bytes": act_quant_bytes(m, k, e, quant),
+        },
+    )
 
 
 # The output tile of a GEMM's CTA in the wave feature (``gemm_wave_k``): 128 x 128, the
@@ -123,6 +133,61 @@ def gemm_tile_rule(kernel_source: str, device: str) -> str:
     if kernel_source == VLLM_CUTLASS_FP8_SOURCE and device in HOPPER_DEVICES:
         return VLLM_SM90_FP8_TILES
     return ""
+
+
+# The per-tensor fp8 linear layer's activation quantisation: a memory-bound pass of its
+# own before the GEMM that reads the (m x k) activations at the model's element size and
+# writes them as fp8 (1 byte), ``gemm_fp8``'s serial feature ``act_quant_bytes``
+# (``formulas.GEMM_FP8_SERIAL``), priced at the HBM peak, not fitted
+# (``formulas.GEMM_FP8_FIXED``). aiconfigurator's vLLM collector at the commit that
+# collected the 0.24.0 tables (ai-dynamo/aiconfigurator d5bad971c,
+# ``collector/vllm/collect_gemm.py``) builds its ``fp8`` rows with
+# ``Fp8Config(is_checkpoint_fp8_serialized=True, activation_scheme="dynamic",
+# weight_block_size=None)`` and times ``RowParallelLinear.forward`` of a bf16 input under
+# a CUDA graph. vLLM's ``Fp8LinearMethod.__init__`` (``layers/quantization/fp8.py``, as
+# stored): a dynamic activation scheme on a CUTLASS-capable GPU takes
+# ``kFp8DynamicTokenSym``, "per-token quantization for better perf if dynamic and cutlass",
+# so the kernel's ``QuantFP8`` (``kernels/linear/scaled_mm/ScaledMMLinearKernel.py``,
+# ``input_quant_fp8.py`` ``forward_cuda``) calls ``_custom_ops.scaled_fp8_quant(x, None,
+# use_per_token_if_dynamic=True)``: one ``dynamic_per_token_scaled_fp8_quant`` kernel (its
+# output and scales ``torch.empty``: no other launch), a block a token that reads the row
+# for its max and again to quantise it, then ``cutlass_scaled_mm``. One kernel is what the
+# tables show: fp8 less bf16 at m <= 8 is 1.6-3.4 us a call (the native ``forward_native``
+# would be ~10 kernels). Bytes: ``(2 e + 1) m k`` (the m float scales left out). Its one
+# launch is a constant per call, carried by the fit's ``t0_s``: the floor above the bf16
+# GEMM's (1.3-2.6 us) that ``KernelLayout.fp8_static_activation`` takes off. The same
+# collection times that kernel alone (``quantize/vllm/0.24.0``, ``compute_scale`` +
+# ``scale_matrix``): 2.2-3.1 us at m <= 8, and at m k >= 2^25 5.6-7.0 bytes an element's
+# time at the HBM peak on H200 / Blackwell, 3.2-3.9 on L40S / RTX PRO 6000 (the second
+# read cached), so the peak rate over ``5 m k`` is the pass's lower bound on the first.
+# Static (``static_scaled_fp8_quant``, one ``scaled_fp8_quant_kernel``): read and write,
+# ``(e + 1) m k``. Its ``fp8_block`` rows quantise per token group in the GEMM's own op:
+# not this feature.
+ACT_QUANT_STATIC = "static"
+ACT_QUANT_DYNAMIC = "dynamic"
+FP8_BYTES = 1.0
+
+
+def act_quant_scheme(kernel_source: str) -> str:
+    """The activation quantisation a GEMM table with ``kernel_source`` (a fit's
+    ``provenance``) timed inside each call: ``ACT_QUANT_DYNAMIC`` (per token) for vLLM's
+    per-tensor-weight fp8 rows (aiconfigurator's collector, above), "" (none priced) for
+    every other table."""
+    return ACT_QUANT_DYNAMIC if kernel_source == VLLM_CUTLASS_FP8_SOURCE else ""
+
+
+def act_quant_bytes(m: Sums, k: float, e: float, scheme: str) -> Sums:
+    """Bytes of the activation quantisation pass of an (m x k) input at ``e`` bytes an
+    element: static ``(e + 1) m k`` (read, write fp8); dynamic ``(2 e + 1) m k`` (the
+    scale's max reads the input once more: vLLM's per-token kernel reads each row twice,
+    its per-tensor one runs a reduction kernel first); "" none, 0."""
+    if scheme == ACT_QUANT_STATIC:
+        return (e + FP8_BYTES) * m * k
+    if scheme == ACT_QUANT_DYNAMIC:
+        return (2.0 * e + FP8_BYTES) * m * k
+    if scheme:
+        raise ValueError(f"unknown activation quantisation {scheme!r}")
+    return 0.0 * m
 
 
 def gemm_wave_k(
@@ -1277,6 +1342,8 @@ __all__ = [
     "VLLM_MARLIN_SOURCES",
     "VLLM_TRITON_SOURCES",
     "Features",
+    "act_quant_bytes",
+    "act_quant_scheme",
     "allreduce_features",
     "attn_decode_features",
     "attn_decode_sums",

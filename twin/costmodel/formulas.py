@@ -73,6 +73,11 @@ class KernelFormula:
     # ``compile_fast``, ``compile_many``); the affine form and the decode paths' compiled
     # constants (``latency.kernel_constants``) refuse such a formula.
     serial: tuple[str, ...] = ()
+    # Serial features priced at a fixed physical rate rather than a fitted one: (feature,
+    # peak) pairs, the feature's ``c_<name>`` held at ``1 / peaks[peak]`` by the fit
+    # (``fit.fit_params``) and stored like any other coefficient, so a feature of bytes is
+    # priced as a stream at that bandwidth and cannot absorb the rest of the kernel's time.
+    fixed_rates: tuple[tuple[str, str], ...] = ()
     # The model name's first part where the smooth maximum's FLOPs and bytes are not the
     # whole kernel's (``""``: ``roofline`` / ``bandwidth``): a fit written when they were
     # is then refused by name (``profile._upgrade`` upgrades only a fit of the same base),
@@ -103,6 +108,8 @@ class KernelFormula:
             raise ValueError(f"{self.kernel}: lines must be 1..{MAX_LINES} (got {self.lines})")
         if self.lines > 1 and (self.uses_flops or self.features or self.floor):
             raise ValueError(f"{self.kernel}: several lines only for a plain byte-only formula")
+        if any(x not in self.serial for x, _ in self.fixed_rates):
+            raise ValueError(f"{self.kernel}: a fixed rate only for a serial feature")
 
     @property
     def model_name(self) -> str:
@@ -501,6 +508,17 @@ ALLREDUCE_LINES = 3
 # (docs/decisions.md, "Issue 34, step: the dense GEMMs' waves", helper gemm36). A fit
 # written before it loads with ``c_wave_k`` 0: the same prices.
 GEMM_EXTRAS = ("weight_elems", "wave_k")
+# The per-tensor fp8 GEMM family's serial feature: the bytes of the activation
+# quantisation pass a table's call runs before the GEMM (``features.act_quant_bytes``;
+# vLLM's tables time a dynamic per-token one, ``features.act_quant_scheme``), priced
+# after the smooth maximum, a kernel of its own. Zero on a table that times none; a fit
+# written before it reads with ``c_act_quant_bytes`` 0 and prices as it did
+# (``profile._upgrade``).
+GEMM_FP8_SERIAL = ("act_quant_bytes",)
+# ... at a fixed rate, the HBM peak (``KernelFormula.fixed_rates``): the pass is a stream
+# over its bytes, not a coefficient the fit may scale (docs/decisions.md, "Issue 34, step:
+# vLLM's dynamic fp8 activation quantisation", helper vllmq39).
+GEMM_FP8_FIXED = (("act_quant_bytes", "mem_bw"),)
 
 # The attention decode families' extras: the score elements, the (sequence, KV head) tiles,
 # and the launch's waves over the SMs times the head dim (``features.attn_decode_waves_d``).
@@ -616,6 +634,8 @@ FORMULAS: dict[str, KernelFormula] = {
                 GEMM_EXTRAS,
                 f"{mode} GEMM: quantised activations and weights in, bf16 out",
                 flops_peak=peak,
+                serial=GEMM_FP8_SERIAL if mode == "fp8" else (),
+                fixed_rates=GEMM_FP8_FIXED if mode == "fp8" else (),
             )
             for mode, peak in PRECISION_GEMMS.items()
         ),

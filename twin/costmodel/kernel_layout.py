@@ -170,8 +170,9 @@ class KernelLayout:
     custom_allreduce_size_limit: bool = False
     # The per-tensor fp8 linear layers' activation scale is the checkpoint's (static) and
     # its quantisation runs fused into the pass before the GEMM, while the fp8 GEMM fit
-    # timed a dynamic per-tensor quantisation inside each call: the fit's floor above the
-    # bf16 GEMM's comes off every fp8 linear launch (``DensePricing._setup_linear_kernels``).
+    # timed a dynamic per-token quantisation kernel inside each call: the fit's floor above
+    # the bf16 GEMM's comes off every fp8 linear launch and its ``act_quant_bytes`` is not
+    # priced (``DensePricing._setup_linear_kernels``).
     fp8_static_activation: bool = False
     # The precision the MoE router (gate) GEMM runs at: "" the model's bf16, priced as
     # the other bf16 GEMMs; "fp32" an IEEE fp32 GEMM on CUDA cores (fp32 weights and
