@@ -569,7 +569,7 @@ FORMULAS: dict[str, KernelFormula] = {
             "mem_bw",
             True,
             # ``l2_bytes``: the bytes the table's CUDA-graph replays read from L2
-            # (``features.conv1d_features``, the rule of ``MLA_KERNEL_REPLAY``); a serving
+            # (``ssm_features.conv1d_features``, the rule of ``MLA_KERNEL_REPLAY``); a serving
             # step passes 0. A fit without it reads ``c_l2_bytes`` 0 (``profile._upgrade``).
             ("cta_waves", *MLA_KERNEL_REPLAY),
             "causal conv1d decode update: one token per sequence, conv state read + written",
