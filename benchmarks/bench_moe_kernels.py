@@ -42,7 +42,7 @@ from kernel_targets import (
     write_results,
 )
 
-from twin.costmodel import features as ft
+from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.formulas import MOE_VARIANTS, moe_mxfp8_activation_kernel
 from twin.costmodel.profile import KernelFit, Profile
 
@@ -88,8 +88,8 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     mxfp8 = prof.kernels.get(MXFP8_FAMILY)
     mxfp8_l2 = mxfp8 is not None and aic_moe.reads_replay_l2(mxfp8.params)
     # SGLang's Triton rows with the grid and the collector's rank 0 where the family's fit
-    # was fitted so (``features.reads_sglang_grid``), as before otherwise
-    grid = {k for k, f in prof.kernels.items() if ft.reads_sglang_grid(f.params)}
+    # was fitted so (``moe_features.reads_sglang_grid``), as before otherwise
+    grid = {k for k, f in prof.kernels.items() if moe_ft.reads_sglang_grid(f.params)}
     moe_fams = aic_moe.moe_rows(system, engine, replay_l2=l2)
     if any(f.kernel not in grid for f in moe_fams):
         before = {

@@ -33,7 +33,7 @@ from twin.calibration import aic_moe
 from twin.calibration import aic_tables as at
 from twin.calibration.fit import predict_rows
 from twin.calibration.series_fit import log_factors
-from twin.costmodel import features as ft
+from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.profile_store import load_profile, shipped_profiles
 from twin.costmodel.routing import ROUTINGS
 
@@ -56,7 +56,7 @@ def _row(fmt: px.WeightFormat, raw: dict[str, Any], rule: str, l2: float | None)
         if fmt.bytes_per_param is None
         else px.gemm_operand_bytes(fmt, at.ELEM_BYTES)
     )
-    feats = ft.moe_features(
+    feats = moe_ft.moe_features(
         load.rows, t * top * d, load.active, d, inter // mtp, 2, at.ELEM_BYTES, act_e, w_e, l2
     )
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}

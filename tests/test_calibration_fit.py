@@ -12,6 +12,7 @@ from twin.calibration.fit import fit_kernel, fit_params, predict_rows, split_hol
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import ssm_features as ssm_ft
 
 PEAKS = {"flops": 1e14, "mem_bw": 2e12, "host_bw": 3e10}
 
@@ -105,7 +106,7 @@ def test_bandwidth_kernels_fit_launch_and_bandwidth(kernel: str) -> None:
 def test_scan_fit_reproduces_linear_in_tokens() -> None:
     true = {"t0_s": 3e-5, "eff_flops": 0.3, "eff_bytes": 0.5, "p": 4.0, "c_chunks": 2e-8}
     shapes = [
-        ft.ssm_scan_features(b, L, h, 64, n, g, q, 2)
+        ssm_ft.ssm_scan_features(b, L, h, 64, n, g, q, 2)
         for b in (1, 4)
         for L in (256, 1024, 4096, 16384)
         for h in (32, 128)

@@ -12,7 +12,7 @@ import pytest
 from twin.calibration.aic_dense import conv1d_rows
 from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel, StepCost
-from twin.costmodel import features as ft
+from twin.costmodel import ssm_features as ssm_ft
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile
 from twin.presets import get_model
@@ -22,21 +22,21 @@ def test_a_prompt_pass_counts_its_unvectorised_ctas() -> None:
     # Grid (batch, dim): a CTA per sequence and channel; the vector loads need a length
     # that is a multiple of 8 and a call that is not varlen (``kIsVecLoad``).
     for length, unaligned in ((1, True), (4, True), (8, False), (1000, False), (1001, True)):
-        _, _, x = ft.conv1d_features(3, length, 6144, 4, 2)
+        _, _, x = ssm_ft.conv1d_features(3, length, 6144, 4, 2)
         assert x["seq_channels"] == 3 * 6144
         assert x["unaligned_ctas"] == (3 * 6144 if unaligned else 0)
     # The engines' varlen call: every chunk's CTAs unaligned, even at 1,024 tokens each.
-    f, b, x = ft.conv1d_features(1, 4096, 6144, 4, 2, sequences=4)
+    f, b, x = ssm_ft.conv1d_features(1, 4096, 6144, 4, 2, sequences=4)
     assert x == {"seq_channels": 4 * 6144, "unaligned_ctas": 4 * 6144}
-    assert (f, b) == ft.conv1d_features(1, 4096, 6144, 4, 2)[:2]
+    assert (f, b) == ssm_ft.conv1d_features(1, 4096, 6144, 4, 2)[:2]
 
 
 def test_a_decode_update_counts_waves_of_its_64_thread_ctas() -> None:
     # Grid (batch, ceil(dim / 64)); 32 resident CTAs an SM.
-    _, _, x = ft.conv1d_features(1024, 1, 20480, 4, 2, True, 132)
+    _, _, x = ssm_ft.conv1d_features(1024, 1, 20480, 4, 2, True, 132)
     assert x["cta_waves"] == -(-1024 * 320 // (132 * 32))  # 78 waves
-    assert ft.conv1d_features(1, 1, 1536, 4, 2, True, 132)[2]["cta_waves"] == 1
-    assert ft.conv1d_features(1024, 1, 20480, 4, 2, True, None)[2]["cta_waves"] == 0
+    assert ssm_ft.conv1d_features(1, 1, 1536, 4, 2, True, 132)[2]["cta_waves"] == 1
+    assert ssm_ft.conv1d_features(1024, 1, 20480, 4, 2, True, None)[2]["cta_waves"] == 0
 
 
 def test_the_fit_reader_gives_the_tables_rows_the_launch_features() -> None:

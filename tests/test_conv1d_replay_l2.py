@@ -14,6 +14,7 @@ from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel
 from twin.costmodel import features as ft
 from twin.costmodel import mla_features as mf
+from twin.costmodel import ssm_features as ssm_ft
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import L2_BYTES
@@ -23,22 +24,22 @@ H100_L2 = L2_BYTES["h100"]  # 50 MB; 40 MB may stay (``REPLAY_L2_SHARE``)
 
 
 def test_an_update_whose_buffers_fit_reads_every_byte_from_l2() -> None:
-    cold = ft.conv1d_features(16, 1, 6144, 4, 2, True, 132)
-    warm = ft.conv1d_features(16, 1, 6144, 4, 2, True, 132, l2_bytes=H100_L2)
+    cold = ssm_ft.conv1d_features(16, 1, 6144, 4, 2, True, 132)
+    warm = ssm_ft.conv1d_features(16, 1, 6144, 4, 2, True, 132, l2_bytes=H100_L2)
     assert cold[2]["l2_bytes"] == 0.0 and cold[1] > 0
     assert warm[0] == cold[0] and warm[1] == 0.0
     assert warm[2] == {"cta_waves": cold[2]["cta_waves"], "l2_bytes": cold[1]}
     # 1,024 sequences of 6,144 channels: 126 MB moved, 88 MB of buffers: from HBM.
-    big = ft.conv1d_features(1024, 1, 6144, 4, 2, True, 132, l2_bytes=H100_L2)
-    assert big == ft.conv1d_features(1024, 1, 6144, 4, 2, True, 132)
+    big = ssm_ft.conv1d_features(1024, 1, 6144, 4, 2, True, 132, l2_bytes=H100_L2)
+    assert big == ssm_ft.conv1d_features(1024, 1, 6144, 4, 2, True, 132)
 
 
 def test_the_state_read_and_written_in_place_occupies_l2_once() -> None:
     # 128 x 18,432 channels: 47 MB moved (the state read and written), 24 MB of buffers
     # (x, out, weight, one (b, c, 3) state): it stays, where moved bytes would not.
-    flops, nbytes, x = ft.conv1d_features(128, 1, 18432, 4, 2, True, 132)
+    flops, nbytes, x = ssm_ft.conv1d_features(128, 1, 18432, 4, 2, True, 132)
     assert nbytes > ft.REPLAY_L2_SHARE * H100_L2
-    warm = ft.conv1d_features(128, 1, 18432, 4, 2, True, 132, l2_bytes=H100_L2)
+    warm = ssm_ft.conv1d_features(128, 1, 18432, 4, 2, True, 132, l2_bytes=H100_L2)
     assert warm == (flops, 0.0, {**x, "l2_bytes": nbytes})
     # The shared rule: the moved bytes judge residency unless a footprint is given.
     assert ft.replay_l2(nbytes, H100_L2) == (nbytes, 0.0)

@@ -23,6 +23,7 @@ from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
+from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.precision_kernels import MOE_AS_GEMM_NOTE
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import resolve_profile
@@ -93,7 +94,7 @@ def test_fit_recovers_the_generating_model() -> None:
     assert fit is not None
     assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err < 0.05
     # predictions of the fit against the true model on a shape the table lacks
-    feats = ft.moe_features(96.0, 96.0 * 8 * 4096, 30.0, 4096, 1024, 2, 2, 2.0, 2.0)
+    feats = moe_ft.moe_features(96.0, 96.0 * 8 * 4096, 30.0, 4096, 1024, 2, 2, 2.0, 2.0)
     got = lat.predict("moe", fit.params, peaks, *feats)
     want = lat.predict("moe", TRUE, peaks, *feats)
     assert got == pytest.approx(want, rel=0.08)
@@ -119,13 +120,13 @@ def _moe_layer_s(prof, tp: int, ep: int, t: int) -> float:
     m = _qwen_moe()
     width = m.moe_d_ff // (tp // ep)
     load = routing_for(m).rank_load(t, m.moe_n_experts, m.moe_top_k, ep)
-    flops, nbytes, weights = ft.moe_sums(load.rows, load.active, m.d_model, width, 2, 2, 2, 2)
+    flops, nbytes, weights = moe_ft.moe_sums(load.rows, load.active, m.d_model, width, 2, 2, 2, 2)
     features = {
         "weight_elems": weights,
         "routed_elems": t * m.moe_top_k * m.d_model,
-        "tile_bytes": ft.moe_tile_bytes(m.d_model, width, 2, 2),
+        "tile_bytes": moe_ft.moe_tile_bytes(m.d_model, width, 2, 2),
         # vLLM's Triton experts' passes over every routed row (the H100 fit's kernel)
-        "routed_passes": ft.vllm_triton_routed_elems(
+        "routed_passes": moe_ft.vllm_triton_routed_elems(
             prof.kernels["moe"].provenance["kernel_source"],
             t * m.moe_top_k,
             load.rows,
@@ -229,7 +230,9 @@ def test_memory_budget_takes_the_layouts_weights() -> None:
 def test_the_serial_per_expert_term_adds_after_the_smooth_max() -> None:
     peaks = get_gpu("h100").peaks()
     params = {**TRUE, "c_active_experts": 2e-6}
-    flops, nbytes, extras = ft.moe_features(96.0, 96.0 * 8 * 4096, 30.0, 4096, 1024, 2, 2, 2.0, 2.0)
+    flops, nbytes, extras = moe_ft.moe_features(
+        96.0, 96.0 * 8 * 4096, 30.0, 4096, 1024, 2, 2, 2.0, 2.0
+    )
     assert extras["active_experts"] == 30.0
     without = lat.predict("moe", TRUE, peaks, flops, nbytes, extras)
     with_term = lat.predict("moe", params, peaks, flops, nbytes, extras)
@@ -279,7 +282,7 @@ def _synthetic_rows(
             for n_exp in (64, 256):
                 routed = t * 8
                 active = min(n_exp / ep, routed / ep)
-                flops, nbytes, ex = ft.moe_features(
+                flops, nbytes, ex = moe_ft.moe_features(
                     routed / ep, routed * 2048, active, 2048, 768, 2, 2, 2.0, 2.0, l2
                 )
                 y = lat.predict("moe", params, peaks, flops, nbytes, ex)
@@ -401,7 +404,7 @@ def test_sglang_triton_rows_above_the_local_experts_stream_at_the_large_m_rate()
     # SGLang's get_default_config: BLOCK_SIZE_M 16 up to as many tokens as the rank's
     # experts (128 / EP 4 = 32 here), 64 above; its bf16 Triton rows only.
     bf16, fp8 = WEIGHT_FORMATS["bf16"], WEIGHT_FORMATS["fp8"]
-    sglang = {**QWEN30_EP4, "kernel_source": ft.SGLANG_TRITON_SOURCE, "moe_dtype": "bfloat16"}
+    sglang = {**QWEN30_EP4, "kernel_source": moe_ft.SGLANG_TRITON_SOURCE, "moe_dtype": "bfloat16"}
     at_e = moe_row({**sglang, "num_tokens": 32}, bf16, "moe", 0.5)
     above = moe_row({**sglang, "num_tokens": 33}, bf16, "moe", 0.5)
     assert at_e["large_m_weights"] == 0.0 and at_e["weight_elems"] > 0
@@ -413,7 +416,7 @@ def test_sglang_triton_rows_above_the_local_experts_stream_at_the_large_m_rate()
 
 def test_a_serving_step_prices_sglangs_large_m_config_above_the_local_experts() -> None:
     prof = resolve_profile("h100", None, "sglang")
-    assert prof.kernels["moe"].provenance["kernel_source"] == ft.SGLANG_TRITON_SOURCE
+    assert prof.kernels["moe"].provenance["kernel_source"] == moe_ft.SGLANG_TRITON_SOURCE
 
     def step_s(c: float, batch: int, model: Any = None, ep: int = 8) -> float:
         fit = prof.kernels["moe"]
@@ -502,7 +505,7 @@ def test_regenerated_moe_fits_keep_the_l2_and_large_m_terms(name: str) -> None:
         before = no_grid.replace("+pad_flops+restream_weights", "")
         assert fit["model"] in (current, no_passes, no_grid, before), kernel
         assert reads_replay_l2(fit["params"]), kernel
-    sglang_triton = fams["moe"]["provenance"]["kernel_source"] == ft.SGLANG_TRITON_SOURCE
+    sglang_triton = fams["moe"]["provenance"]["kernel_source"] == moe_ft.SGLANG_TRITON_SOURCE
     if sglang_triton:  # the large-M config's rate fitted, well above the fit's floor
         # (a coefficient at its floor sits near 1e-21 here; A100's 0.5.10 fit, whose rows
         # carry the collector's clamped slots, fits 9.7e-14: helper moe32, session 32)
@@ -532,16 +535,16 @@ GPT_OSS_EP1 = {
 
 def test_vllms_marlin_moe_picks_its_row_block_from_the_tokens_per_local_expert() -> None:
     # vLLM 0.24.0 fused_marlin_moe: the first of 8/16/32/48/64 with M*topk/E/block < 0.9
-    assert VLLM_MARLIN in ft.VLLM_MARLIN_SOURCES
+    assert VLLM_MARLIN in moe_ft.VLLM_MARLIN_SOURCES
     tokens = (1, 320, 384, 512, 768, 1024, 1536, 2048, 3072, 16384)
-    got = {t: ft.marlin_block_m(VLLM_MARLIN, t, 8, 384) for t in tokens}
+    got = {t: moe_ft.marlin_block_m(VLLM_MARLIN, t, 8, 384) for t in tokens}
     want = (8, 8, 16, 16, 32, 32, 48, 48, 64, 64)
     assert got == dict(zip(tokens, want, strict=True))
     # E is the rank's experts: under EP 2 (192 a rank) the block grows at half the tokens
-    assert ft.marlin_block_m(VLLM_MARLIN, 160, 8, 192) == 8
-    assert ft.marlin_block_m(VLLM_MARLIN, 192, 8, 192) == 16
+    assert moe_ft.marlin_block_m(VLLM_MARLIN, 160, 8, 192) == 8
+    assert moe_ft.marlin_block_m(VLLM_MARLIN, 192, 8, 192) == 16
     # any other kernel: no block
-    assert ft.marlin_block_m("vllm_marlin_int4_moe", 4096, 8, 384) == 0
+    assert moe_ft.marlin_block_m("vllm_marlin_int4_moe", 4096, 8, 384) == 0
 
 
 def test_every_vllm_marlinexperts_table_takes_the_row_block() -> None:
@@ -557,17 +560,17 @@ def test_every_vllm_marlinexperts_table_takes_the_row_block() -> None:
         table = system_dir(gpu) / "moe/vllm/0.24.0/moe_perf.parquet"
         column = pq.read_table(table, columns=["kernel_source"]).column(0).to_pylist()
         labels |= {str(s) for s in column if "_marlinexperts" in str(s)}
-    assert len(labels) == 4 and labels == set(ft.VLLM_MARLIN_SOURCES)
+    assert len(labels) == 4 and labels == set(moe_ft.VLLM_MARLIN_SOURCES)
     for label in labels:
-        assert ft.marlin_block_m(label, 2048, 16, 896) == 48  # 36.6 rows an expert
+        assert moe_ft.marlin_block_m(label, 2048, 16, 896) == 48  # 36.6 rows an expert
 
 
 def test_moe_expert_tiles_count_each_experts_whole_tiles() -> None:
-    assert ft.moe_expert_tiles(24576, 384, 64) == 384  # 64 rows each: one tile
-    assert ft.moe_expert_tiles(32768, 384, 64) == 384 * 2  # 85-86 each: two tiles
-    assert ft.moe_expert_tiles(17, 2, 8) == 1 + 2  # 8 and 9 rows
-    assert ft.moe_expert_tiles(2560, 384, 8) == 384  # 6-7 rows each
-    assert ft.moe_expert_tiles(17, 2, 0) == 0  # no tile read
+    assert moe_ft.moe_expert_tiles(24576, 384, 64) == 384  # 64 rows each: one tile
+    assert moe_ft.moe_expert_tiles(32768, 384, 64) == 384 * 2  # 85-86 each: two tiles
+    assert moe_ft.moe_expert_tiles(17, 2, 8) == 1 + 2  # 8 and 9 rows
+    assert moe_ft.moe_expert_tiles(2560, 384, 8) == 384  # 6-7 rows each
+    assert moe_ft.moe_expert_tiles(17, 2, 0) == 0  # no tile read
 
 
 def test_vllms_marlin_rows_carry_the_flops_of_their_padded_rows() -> None:
@@ -594,12 +597,12 @@ GPT_OSS_TRTLLM_GEN = "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxf
 def test_flashinfers_untuned_trtllm_gen_tile_is_the_one_below_its_centre() -> None:
     # flashinfer 0.6.12 selectDefaultTileN: centre nextPowerOfTwo(t * k / local experts)
     # within 8..64, then the smallest of the centre's neighbours (-1, +1, +2)
-    assert GPT_OSS_TRTLLM_GEN in ft.FLASHINFER_TRTLLM_MXFP4_SOURCES
+    assert GPT_OSS_TRTLLM_GEN in moe_ft.FLASHINFER_TRTLLM_MXFP4_SOURCES
     tokens = (1, 256, 320, 512, 768, 1024, 1536, 16384)
-    got = {t: ft.moe_token_tile(GPT_OSS_TRTLLM_GEN, t, 4, 128, "mxfp4") for t in tokens}
+    got = {t: moe_ft.moe_token_tile(GPT_OSS_TRTLLM_GEN, t, 4, 128, "mxfp4") for t in tokens}
     assert got == dict(zip(tokens, (8, 8, 8, 8, 16, 16, 32, 32), strict=True))
-    assert ft.moe_token_tile(GPT_OSS_TRTLLM_GEN, 320, 4, 64, "mxfp4") == 16  # EP 2: 64 a rank
-    assert ft.moe_token_tile("sglang_flashinfer_trtllm_moe", 320, 4, 128, "") == 0  # not read
+    assert moe_ft.moe_token_tile(GPT_OSS_TRTLLM_GEN, 320, 4, 64, "mxfp4") == 16  # EP 2: 64 a rank
+    assert moe_ft.moe_token_tile("sglang_flashinfer_trtllm_moe", 320, 4, 128, "") == 0  # not read
 
 
 def test_a_trtllm_gen_mxfp4_row_streams_each_experts_weights_once_a_tile() -> None:
@@ -630,14 +633,15 @@ NEMOTRON_EP1 = {  # the H200 vLLM fp8 table's 1,024 x 2,688 shape (512 experts, 
 def test_flashinfers_untuned_cutlass_moe_takes_128_rows_of_an_expert_a_tile() -> None:
     # flashinfer's fallback tactic 0: get_candidate_tiles_sm90's first grouped tile,
     # CtaShape128x16x128B, whatever the tokens
-    assert ft.FLASHINFER_CUTLASS_SM90_TILE_M == 128
+    assert moe_ft.FLASHINFER_CUTLASS_SM90_TILE_M == 128
     for tokens in (1, 2048, 3072, 16384):
-        assert ft.moe_token_tile(FI_CUTLASS_FP8, tokens, 22, 512, "fp8") == 128
+        assert moe_ft.moe_token_tile(FI_CUTLASS_FP8, tokens, 22, 512, "fp8") == 128
     # the block-fp8 label (moe_fp8_block) was not read this session; Triton: no tile read
     assert (
-        ft.moe_token_tile("vllm_fp8moe_flashinfer_cutlass_flashinferexperts", 64, 8, 8, "fp8") == 0
+        moe_ft.moe_token_tile("vllm_fp8moe_flashinfer_cutlass_flashinferexperts", 64, 8, 8, "fp8")
+        == 0
     )
-    assert ft.moe_token_tile("vllm_fused_moe", 3072, 22, 512, "fp8") == 0
+    assert moe_ft.moe_token_tile("vllm_fused_moe", 3072, 22, 512, "fp8") == 0
 
 
 def test_a_cutlass_fp8_row_restreams_each_experts_weights_past_128_rows() -> None:
@@ -688,9 +692,9 @@ def test_the_vllm_token_tile_fits_meet_the_kernel_target(gpu: str, family: str) 
     fit = resolve_profile(gpu, None, "vllm").kernels[family]
     assert fit.model == get_formula(family).model_name
     assert fit.provenance["kernel_source"] in (
-        ft.VLLM_MARLIN_SOURCES
-        | ft.FLASHINFER_TRTLLM_MXFP4_SOURCES
-        | ft.FLASHINFER_CUTLASS_SM90_SOURCES
+        moe_ft.VLLM_MARLIN_SOURCES
+        | moe_ft.FLASHINFER_TRTLLM_MXFP4_SOURCES
+        | moe_ft.FLASHINFER_CUTLASS_SM90_SOURCES
     )
     assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
     assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
@@ -702,9 +706,11 @@ def test_sglangs_marlin_moe_takes_vllms_row_block() -> None:
     # experts); the table label the SGLang collector writes for it takes the block, and a
     # table row carries the padded rows' FLOPs (helper moe36, session 36)
     sglang = "sglang_marlin_moe"
-    assert sglang in ft.MARLIN_MOE_SOURCES and sglang not in ft.VLLM_MARLIN_SOURCES
+    assert sglang in moe_ft.MARLIN_MOE_SOURCES and sglang not in moe_ft.VLLM_MARLIN_SOURCES
     for t in (320, 384, 3072, 4096):
-        assert ft.marlin_block_m(sglang, t, 8, 384) == ft.marlin_block_m(VLLM_MARLIN, t, 8, 384)
+        assert moe_ft.marlin_block_m(sglang, t, 8, 384) == moe_ft.marlin_block_m(
+            VLLM_MARLIN, t, 8, 384
+        )
     int4 = WEIGHT_FORMATS["int4"]
 
     def pad(tokens: int, source: str = sglang) -> float:
@@ -721,12 +727,12 @@ def test_sglangs_int4_experts_on_sm100_take_flashinfers_untuned_mxint4_tile() ->
     # SGLang 0.5.14's mxint4 experts call FlashInfer 0.6.12's trtllm_mxint4_block_scale_moe
     # without a tactic: one tile below the rows an expert's next power of two, tiles 8-128
     # (helper moe36, session 36); the label's other formats keep no tile
-    label = ft.SGLANG_FLASHINFER_TRTLLM_SOURCE
+    label = moe_ft.SGLANG_FLASHINFER_TRTLLM_SOURCE
     tokens = (1, 320, 1536, 2048, 3072, 4096, 16384)
-    got = {t: ft.moe_token_tile(label, t, 8, 384, "int4_wo") for t in tokens}
+    got = {t: moe_ft.moe_token_tile(label, t, 8, 384, "int4_wo") for t in tokens}
     assert got == dict(zip(tokens, (8, 8, 16, 32, 32, 64, 64), strict=True))  # 128 centres only
-    assert ft.moe_token_tile(label, 4096, 8, 384, "nvfp4") == 0
-    assert ft.moe_token_tile(label, 4096, 8, 384, "") == 0
+    assert moe_ft.moe_token_tile(label, 4096, 8, 384, "nvfp4") == 0
+    assert moe_ft.moe_token_tile(label, 4096, 8, 384, "") == 0
     int4 = WEIGHT_FORMATS["int4"]
 
     def row(tokens: int) -> dict[str, Any]:
@@ -751,47 +757,47 @@ def test_the_sglang_int4_token_tile_fits_meet_the_kernel_target(gpu: str) -> Non
     fit = resolve_profile(gpu, None, "sglang").kernels["moe_int4_wo"]
     assert fit.model == get_formula("moe_int4_wo").model_name
     assert fit.provenance["kernel_source"] in (
-        ft.SGLANG_MARLIN_SOURCES | {ft.SGLANG_FLASHINFER_TRTLLM_SOURCE}
+        moe_ft.SGLANG_MARLIN_SOURCES | {moe_ft.SGLANG_FLASHINFER_TRTLLM_SOURCE}
     )
     assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
     assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
     assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15
 
 
-MXFP8 = ft.MXFP8_ACTIVATION_MODE  # the tables' mode of the mxfp4 x mxfp8 experts
+MXFP8 = moe_ft.MXFP8_ACTIVATION_MODE  # the tables' mode of the mxfp4 x mxfp8 experts
 
 
 def test_tensorrt_llms_untuned_mxfp8_runner_takes_its_centre_tile() -> None:
     # TensorRT-LLM mxFp4BlockScaleMoe.cpp MxE4m3MxE2m1BlockScaleMoeRunner::run without a
     # tactic: clamp(nextPowerOfTwo(t * k / local experts)) over 8..256, not the tile below it
     # (helper moe37, session 37)
-    src = ft.TRTLLM_MOE_SOURCE
+    src = moe_ft.TRTLLM_MOE_SOURCE
     tokens = (1, 256, 320, 1024, 2048, 16384)  # 0.03, 8, 10, 32, 64, 512 rows an expert
-    got = {t: ft.moe_token_tile(src, t, 4, 128, MXFP8) for t in tokens}
+    got = {t: moe_ft.moe_token_tile(src, t, 4, 128, MXFP8) for t in tokens}
     assert got == dict(zip(tokens, (8, 8, 16, 32, 64, 256), strict=True))
-    assert ft.moe_token_tile(src, 320, 4, 16, MXFP8) == 128  # EP 8: every token over 16 experts
-    assert ft.moe_token_tile(src, 320, 4, 128, "mxfp4") == 0  # bf16 activations: not read
+    assert moe_ft.moe_token_tile(src, 320, 4, 16, MXFP8) == 128  # EP 8: every token over 16 experts
+    assert moe_ft.moe_token_tile(src, 320, 4, 128, "mxfp4") == 0  # bf16 activations: not read
 
 
 def test_flashinfers_untuned_fp4_launcher_tile_reaches_vllms_nvfp4_and_sglangs_mxfp8_rows() -> None:
     # flashinfer 0.6.12 FP4BlockScaleLauncher, nvfp4 or mxfp8 activations: tiles 8..256, the
     # one below the centre (helper moe37, session 37)
-    (nvfp4,) = ft.FLASHINFER_TRTLLM_NVFP4_SOURCES
+    (nvfp4,) = moe_ft.FLASHINFER_TRTLLM_NVFP4_SOURCES
     # 4,096 x 1,024 experts, 512, top 10, EP 16 (32 a rank): the tables' tile-64 launches
-    assert [ft.moe_token_tile(nvfp4, t, 10, 32, "nvfp4") for t in (192, 256, 512, 4096)] == [
+    assert [moe_ft.moe_token_tile(nvfp4, t, 10, 32, "nvfp4") for t in (192, 256, 512, 4096)] == [
         32,
         64,
         128,
         128,
     ]
-    sglang = ft.SGLANG_FLASHINFER_TRTLLM_SOURCE
-    assert ft.moe_token_tile(sglang, 320, 4, 16, MXFP8) == 64  # centre 128
-    assert ft.moe_token_tile(sglang, 320, 4, 16, "mxfp4") == 0  # its bf16 activations: not read
+    sglang = moe_ft.SGLANG_FLASHINFER_TRTLLM_SOURCE
+    assert moe_ft.moe_token_tile(sglang, 320, 4, 16, MXFP8) == 64  # centre 128
+    assert moe_ft.moe_token_tile(sglang, 320, 4, 16, "mxfp4") == 0  # its bf16 activations: not read
 
 
 def test_an_mxfp8_table_row_pads_each_expert_to_the_runners_tile() -> None:
     mxfp4 = WEIGHT_FORMATS["mxfp4"]
-    shape = {**GPT_OSS_EP1, "num_tokens": 320, "kernel_source": ft.TRTLLM_MOE_SOURCE}
+    shape = {**GPT_OSS_EP1, "num_tokens": 320, "kernel_source": moe_ft.TRTLLM_MOE_SOURCE}
     per_expert = 2880 * (2 * 2880 + 2880)
     row = moe_row(shape, mxfp4, "moe_mxfp4_mxfp8", 1.0, table_mode=MXFP8)
     assert row["pad_flops"] == pytest.approx(2.0 * (128 * 16 - 320 * 4) * per_expert)  # 10 of 16
@@ -831,12 +837,16 @@ def test_the_mxfp8_token_tile_fits_meet_the_kernel_target(profile: str, family: 
 def test_tensorrt_llms_hopper_triton_moe_takes_its_routings_row_block() -> None:
     # fused_moe_triton.py TritonEPRouter: the routing over the rank's experts, every token's
     # gates; triton_kernels' block max(16, min(next_pow2(gates // experts), 128)) (helper moe37)
-    src, h200 = ft.TRTLLM_MOE_SOURCE, "NVIDIA H200"
-    got = [ft.trtllm_triton_block_m(src, h200, "mxfp4", t, 4, 128) for t in (1, 640, 2048, 8192)]
+    src, h200 = moe_ft.TRTLLM_MOE_SOURCE, "NVIDIA H200"
+    got = [
+        moe_ft.trtllm_triton_block_m(src, h200, "mxfp4", t, 4, 128) for t in (1, 640, 2048, 8192)
+    ]
     assert got == [16, 32, 64, 128]  # 0, 20, 64, 256 gates an expert
-    assert ft.trtllm_triton_block_m(src, h200, "mxfp4", 320, 4, 16) == 128  # EP 8: 80 -> 128
-    assert ft.trtllm_triton_block_m(src, "NVIDIA B200", "mxfp4", 640, 4, 128) == 0  # TRT-LLM-gen
-    assert ft.trtllm_triton_block_m(src, h200, MXFP8, 640, 4, 128) == 0
+    assert moe_ft.trtllm_triton_block_m(src, h200, "mxfp4", 320, 4, 16) == 128  # EP 8: 80 -> 128
+    assert (
+        moe_ft.trtllm_triton_block_m(src, "NVIDIA B200", "mxfp4", 640, 4, 128) == 0
+    )  # TRT-LLM-gen
+    assert moe_ft.trtllm_triton_block_m(src, h200, MXFP8, 640, 4, 128) == 0
     mxfp4 = WEIGHT_FORMATS["mxfp4"]
     shape = {**GPT_OSS_EP1, "num_tokens": 640, "kernel_source": src, "device": h200}
     row = moe_row(shape, mxfp4, "moe_mxfp4", 1.0)
@@ -847,7 +857,7 @@ def test_tensorrt_llms_hopper_triton_moe_takes_its_routings_row_block() -> None:
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_the_hopper_trtllm_mxfp4_fits_meet_the_kernel_target(gpu: str) -> None:
     fit = resolve_profile(gpu, None, "trtllm").kernels["moe_mxfp4"]
-    assert fit.provenance["kernel_source"] == ft.TRTLLM_MOE_SOURCE
+    assert fit.provenance["kernel_source"] == moe_ft.TRTLLM_MOE_SOURCE
     assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
     assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
     assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15

@@ -13,9 +13,9 @@ from silicon_rows import silicon_row
 
 from twin import precision as px
 from twin.costmodel import CostModel
-from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.precision_kernels import SHARED_AS_LINEAR_NOTE, priced_precision
 from twin.costmodel.profile_store import resolve_profile
 from twin.costmodel.routing import routing_for
@@ -176,11 +176,11 @@ def _moe_seconds(cm: CostModel, m: Any, t: int, key: str) -> float:
     rows = t * m.moe_top_k
     load = routing_for(m).rank_load(t, m.moe_n_experts, m.moe_top_k, ep)
     active = load.active
-    f, b, w = ft.moe_sums(load.rows, active, m.d_model, cm.expert_width, 2, 2, act, weight)
+    f, b, w = moe_ft.moe_sums(load.rows, active, m.d_model, cm.expert_width, 2, 2, act, weight)
     extras = {
         "weight_elems": w,
         "routed_elems": float(rows * m.d_model),
-        "tile_bytes": ft.moe_tile_bytes(m.d_model, cm.expert_width, 2, weight),
+        "tile_bytes": moe_ft.moe_tile_bytes(m.d_model, cm.expert_width, 2, weight),
         "active_experts": active,
     }
     fit = prof.kernels[key]

@@ -15,7 +15,7 @@ from twin.calibration.collector_routing import (
     sglang_clamped_rows,
     sglang_rank0_row,
 )
-from twin.costmodel import features as ft
+from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.profile_store import resolve_profile
 from twin.precision import WEIGHT_FORMATS
 
@@ -37,14 +37,14 @@ H200_SMS = 132
 
 @pytest.mark.parametrize("mode", ["int4_wo", "w4a16_mxfp4"])
 def test_the_rule_names_every_sglang_marlin_row_under_ep(mode: str) -> None:
-    assert MARLIN in ft.SGLANG_MARLIN_SOURCES
+    assert MARLIN in moe_ft.SGLANG_MARLIN_SOURCES
     assert sglang_rank0_row(MARLIN, mode, 2)
     assert not sglang_rank0_row(MARLIN, mode, 1)
     # vLLM's Marlin label is its own collector's rank 0 by prefix, not this rule
-    assert not sglang_rank0_row(sorted(ft.VLLM_MARLIN_SOURCES)[0], mode, 2)
+    assert not sglang_rank0_row(sorted(moe_ft.VLLM_MARLIN_SOURCES)[0], mode, 2)
     # SGLang's Triton rows keep their own modes
-    assert sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "w4a16_mxfp4", 2)
-    assert not sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "int4_wo", 2)
+    assert sglang_rank0_row(moe_ft.SGLANG_TRITON_SOURCE, "w4a16_mxfp4", 2)
+    assert not sglang_rank0_row(moe_ft.SGLANG_TRITON_SOURCE, "int4_wo", 2)
 
 
 def test_an_int4_marlin_ep_row_is_rank_0s_workload() -> None:
@@ -69,16 +69,16 @@ def test_a_0510_marlin_row_is_the_collectors_own_launch_of_rank_0s_tokens() -> N
     t, ep, local = 128, 8, 48
     load, hot = collector_rank0_load(t, 384, 8, ep), sglang_clamped_rows(t, 384, 8, ep)
     assert (load.rows, load.active, hot) == (128.0, 48.0, 896.0)
-    assert ft.marlin_block_m(MARLIN, _rank_tokens(t, 8, ep), 8, local) == 16
-    assert ft.marlin_block_m(MARLIN, t, 8, local) == 32
+    assert moe_ft.marlin_block_m(MARLIN, _rank_tokens(t, 8, ep), 8, local) == 16
+    assert moe_ft.marlin_block_m(MARLIN, t, 8, local) == 32
     int4 = WEIGHT_FORMATS["int4"]
     row = {**ROW, "num_tokens": t, "moe_ep_size": ep}
     clamped = moe_row(row, int4, "moe_int4_wo", 0.1, None, True, H200_SMS, True)
-    pad, restream = ft.moe_tile_extras(load.rows, load.active, 16, 7168, 2048, 2, hot)
+    pad, restream = moe_ft.moe_tile_extras(load.rows, load.active, 16, 7168, 2048, 2, hot)
     assert (clamped["pad_flops"], clamped["restream_weights"]) == (pad, restream)
     # 0.5.14's framework layer: every token launched, no clamp
     plain = moe_row(row, int4, "moe_int4_wo", 0.1, None, True, H200_SMS, False)
-    pad, restream = ft.moe_tile_extras(load.rows, load.active, 32, 7168, 2048, 2)
+    pad, restream = moe_ft.moe_tile_extras(load.rows, load.active, 32, 7168, 2048, 2)
     assert (plain["pad_flops"], plain["restream_weights"]) == (pad, restream)
 
 
@@ -100,6 +100,6 @@ def test_the_refitted_marlin_fits_held_out(
     # chosen on the fit rows (docs/decisions.md, issue 34, helper marlin38, session 38)
     fit = resolve_profile(gpu, None, "sglang").kernels[family]
     assert fit.provenance["kernel_source"] == MARLIN
-    assert ft.reads_sglang_grid(fit.params)  # read at rank 0 (``aic_moe.moe_row``)
+    assert moe_ft.reads_sglang_grid(fit.params)  # read at rank 0 (``aic_moe.moe_row``)
     assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
     assert fit.heldout_median_rel_err < median and fit.heldout_p90_rel_err < p90

@@ -1,5 +1,5 @@
 """SGLang's Triton runner with mxfp4 experts (issue 34): ``Mxfp4MoEMethod`` upcasts them to
-bf16 at load and runs the bf16 fused-MoE kernel (``features.sglang_upcast_experts``), so the
+bf16 at load and runs the bf16 fused-MoE kernel (``moe_features.sglang_upcast_experts``), so the
 table's ``sglang_fused_moe_triton`` mxfp4 rows are bf16 rows for a fit that reads SGLang's
 grid; one written before keeps the experts' own bytes."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from twin.calibration.aic_moe import moe_row
 from twin.calibration.collector_routing import collector_rank0_load
-from twin.costmodel import features as ft
+from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.profile_store import resolve_profile
 from twin.precision import WEIGHT_FORMATS
 
@@ -22,17 +22,17 @@ ROW = {
     "num_experts": 128,
     "moe_tp_size": 1,
     "moe_ep_size": 1,
-    "kernel_source": ft.SGLANG_TRITON_SOURCE,
+    "kernel_source": moe_ft.SGLANG_TRITON_SOURCE,
     "num_tokens": 512,
 }
 
 
 def test_the_rule_names_sglangs_triton_mxfp4_rows_for_a_grid_fit() -> None:
-    assert ft.sglang_upcast_experts(ft.SGLANG_TRITON_SOURCE, "mxfp4", True)
-    assert not ft.sglang_upcast_experts(ft.SGLANG_TRITON_SOURCE, "mxfp4", False)
-    assert not ft.sglang_upcast_experts(ft.SGLANG_TRITON_SOURCE, "fp8_block", True)
-    assert not ft.sglang_upcast_experts("sglang_marlin_moe", "mxfp4", True)
-    assert not ft.sglang_upcast_experts("vllm_fused_moe", "mxfp4", True)
+    assert moe_ft.sglang_upcast_experts(moe_ft.SGLANG_TRITON_SOURCE, "mxfp4", True)
+    assert not moe_ft.sglang_upcast_experts(moe_ft.SGLANG_TRITON_SOURCE, "mxfp4", False)
+    assert not moe_ft.sglang_upcast_experts(moe_ft.SGLANG_TRITON_SOURCE, "fp8_block", True)
+    assert not moe_ft.sglang_upcast_experts("sglang_marlin_moe", "mxfp4", True)
+    assert not moe_ft.sglang_upcast_experts("vllm_fused_moe", "mxfp4", True)
 
 
 def test_an_upcast_row_is_featured_as_the_bf16_kernels_row() -> None:
@@ -66,8 +66,8 @@ def test_the_regenerated_fits_read_the_upcast_and_the_others_price_as_before(
     gpu: str, upcast: bool
 ) -> None:
     fit = resolve_profile(gpu, None, "sglang").kernels["moe_mxfp4"]
-    assert fit.provenance["kernel_source"] == ft.SGLANG_TRITON_SOURCE
-    assert ft.reads_sglang_grid(fit.params) is upcast
+    assert fit.provenance["kernel_source"] == moe_ft.SGLANG_TRITON_SOURCE
+    assert moe_ft.reads_sglang_grid(fit.params) is upcast
 
 
 @pytest.mark.parametrize(("gpu", "median", "p90"), [("h200", 0.036, 0.120), ("l40s", 0.043, 0.16)])

@@ -1,5 +1,5 @@
 """SGLang's fused-MoE Triton kernel priced by its grid (issue 34): the default config's
-tiles run in whole waves over the SMs (``features.sglang_grid_flops``), and the SGLang
+tiles run in whole waves over the SMs (``moe_features.sglang_grid_flops``), and the SGLang
 collector's EP rows time rank 0's workload (``collector_routing.sglang_rank0_row``)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from twin.calibration.collector_routing import (
     sglang_rank0_row,
 )
 from twin.costmodel import CostModel
-from twin.costmodel import features as ft
-from twin.costmodel.features import reads_sglang_grid
+from twin.costmodel import moe_features as moe_ft
+from twin.costmodel.moe_features import reads_sglang_grid
 from twin.costmodel.profile_store import resolve_profile
 from twin.costmodel.routing import ROUTINGS
 from twin.precision import WEIGHT_FORMATS
@@ -33,7 +33,7 @@ L40S_SERIES = {
     "num_experts": 128,
     "moe_tp_size": 1,
     "moe_ep_size": 32,
-    "kernel_source": ft.SGLANG_TRITON_SOURCE,
+    "kernel_source": moe_ft.SGLANG_TRITON_SOURCE,
     "moe_dtype": "bfloat16",
 }
 
@@ -41,16 +41,16 @@ L40S_SERIES = {
 def test_sglangs_triton_grid_runs_whole_waves_of_its_default_tiles() -> None:
     # 64 rows on each of 4 experts: one 64-row block each, 4 x 24 gate-and-up programs
     # (N = 1,536 / 64) and 4 x 32 down programs (N = 2,048 / 64): one wave each on 142 SMs
-    one = ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142)
+    one = moe_ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142)
     assert one == 2.0 * 64 * 64 * 142 * (2048 + 768)
     # 96 rows an expert: two blocks each, 192 and 256 programs: two waves each (the
     # table's 115 -> 239 us from 1,024 to 1,536 tokens)
-    assert ft.sglang_grid_flops(384.0, 4.0, 2048, 768, 2, True, 142) == 2 * one
+    assert moe_ft.sglang_grid_flops(384.0, 4.0, 2048, 768, 2, True, 142) == 2 * one
     # the small-M config's 16 x 32 tiles: 1 row on each of 2 experts, one block each
-    small = ft.sglang_grid_flops(2.0, 2.0, 2048, 768, 2, False, 142)
+    small = moe_ft.sglang_grid_flops(2.0, 2.0, 2048, 768, 2, False, 142)
     assert small == 2.0 * 16 * 32 * 142 * (2048 + 768)
-    assert ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, None) == 0.0
-    assert ft.sglang_grid_flops(0.0, 0.0, 2048, 768, 2, True, 142) == 0.0
+    assert moe_ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, None) == 0.0
+    assert moe_ft.sglang_grid_flops(0.0, 0.0, 2048, 768, 2, True, 142) == 0.0
 
 
 def test_the_sglang_collectors_triton_rows_under_ep_time_rank_0() -> None:
@@ -60,7 +60,7 @@ def test_the_sglang_collectors_triton_rows_under_ep_time_rank_0() -> None:
     rank0 = collector_rank0_load(1024, 128, 8, 32)
     # token i's experts are i mod 16 + 16 j: a quarter of the tokens, one row each
     assert (new["active_experts"], rank0.rows) == (4.0, 256.0)
-    assert new["grid_flops"] == ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142)
+    assert new["grid_flops"] == moe_ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142)
     # a table of a release whose collector computed its clamped slots (0.5.10): the
     # launch's rows are rank 0's 256 tokens' 8 slots each, the 1,792 masked ones clamped
     # onto expert 0 (``sglang_clamped_rows``)
@@ -68,7 +68,9 @@ def test_the_sglang_collectors_triton_rows_under_ep_time_rank_0() -> None:
     hot = sglang_clamped_rows(1024, 128, 8, 32)
     assert hot == 256 * 8 - 256
     clamped = moe_row(row, bf16, "moe", 0.1, None, True, 142, True)
-    assert clamped["grid_flops"] == ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142, hot)
+    assert clamped["grid_flops"] == moe_ft.sglang_grid_flops(
+        256.0, 4.0, 2048, 768, 2, True, 142, hot
+    )
     assert clamped["flops"] == pytest.approx(new["flops"] * (rank0.rows + hot) / rank0.rows)
     # without the SMs (a fit written before the grid): the mean rank, no grid, no clamp
     old = moe_row(row, bf16, "moe", 0.1, None, True, None, True)
@@ -79,15 +81,15 @@ def test_the_sglang_collectors_triton_rows_under_ep_time_rank_0() -> None:
     # the framework layer's mxfp4 rows (the same label) run as EP rank 0 too (moe37b), and
     # so do its Marlin label's (int4 and mxfp4, marlin38: ``test_sglang_marlin_rank0``);
     # EP 1 is one rank, and the label's other modes are not the collector's rank-0 ones
-    assert sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "w4a16_mxfp4", 32)
+    assert sglang_rank0_row(moe_ft.SGLANG_TRITON_SOURCE, "w4a16_mxfp4", 32)
     assert sglang_rank0_row("sglang_marlin_moe", "int4_wo", 32)
-    assert not sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "bfloat16", 1)
-    assert sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "fp8_block", 2)
-    assert not sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "int4_wo", 2)
+    assert not sglang_rank0_row(moe_ft.SGLANG_TRITON_SOURCE, "bfloat16", 1)
+    assert sglang_rank0_row(moe_ft.SGLANG_TRITON_SOURCE, "fp8_block", 2)
+    assert not sglang_rank0_row(moe_ft.SGLANG_TRITON_SOURCE, "int4_wo", 2)
     # the grid's kernel: SGLang's Triton source at bf16 experts only
-    assert ft.sglang_default_config(ft.SGLANG_TRITON_SOURCE, True)
-    assert not ft.sglang_default_config(ft.SGLANG_TRITON_SOURCE, False)
-    assert not ft.sglang_default_config("vllm_unquantizedfusedmoemethod_triton", True)
+    assert moe_ft.sglang_default_config(moe_ft.SGLANG_TRITON_SOURCE, True)
+    assert not moe_ft.sglang_default_config(moe_ft.SGLANG_TRITON_SOURCE, False)
+    assert not moe_ft.sglang_default_config("vllm_unquantizedfusedmoemethod_triton", True)
     # quantised experts get no grid (their default config was not read)
     fp8 = moe_row({**row, "moe_dtype": "fp8_block"}, WEIGHT_FORMATS["fp8-block"], "m", 0.1)
     assert fp8["grid_flops"] == 0.0
@@ -97,22 +99,22 @@ def test_the_sglang_collectors_masked_slots_run_as_rows_of_expert_0() -> None:
     # aiconfigurator's collector clamps rank 0's masked slots (expert -1) to expert 0:
     # 1,024 tokens, 128 experts, top 8, EP 32: 256 tokens hold one of rank 0's 4 experts,
     # their other 7 slots each a row of expert 0 (64 + 1,792 rows: 29 blocks of 64)
-    assert ft.moe_expert_tiles(256.0, 4.0, 64, 1792.0) == 3 + 29
-    assert ft.moe_expert_tiles(256.0, 4.0, 64) == 4
-    grid = ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142, 1792.0)
+    assert moe_ft.moe_expert_tiles(256.0, 4.0, 64, 1792.0) == 3 + 29
+    assert moe_ft.moe_expert_tiles(256.0, 4.0, 64) == 4
+    grid = moe_ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142, 1792.0)
     # 32 blocks: 768 gate-and-up programs (6 waves on 142 SMs), 1,024 down programs (8)
     assert grid == 2.0 * 64 * 64 * 142 * (6 * 2048 + 8 * 768)
     # the rows are the launch's: FLOPs of 2,048 rows, the padding of expert 0's last block
-    flops, _, extras = ft.moe_features(
+    flops, _, extras = moe_ft.moe_features(
         256.0, 1.0, 4.0, 2048, 768, 2, 2, 2.0, 2.0, None, True, 64, grid, 1792.0
     )
-    assert flops == ft.moe_sums(2048.0, 4.0, 2048, 768, 2, 2, 2.0, 2.0)[0]
+    assert flops == moe_ft.moe_sums(2048.0, 4.0, 2048, 768, 2, 2, 2.0, 2.0)[0]
     assert extras["pad_flops"] == 2.0 * (32 * 64 - 2048) * 2048 * 3 * 768
     # EP 1 and 1 token an expert-0 row: nothing clamped beyond the token's other slots
     assert sglang_clamped_rows(4, 128, 8, 1) == 0.0
     assert sglang_clamped_rows(1, 128, 8, 32) == 7.0
     # a serving rank skips its remote slots: the step's grid reads no clamped rows
-    assert ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142) < grid
+    assert moe_ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142) < grid
 
 
 def _step(prof: Any, c: float, batch: int) -> float:
@@ -127,7 +129,7 @@ def _step(prof: Any, c: float, batch: int) -> float:
 
 def test_a_serving_step_prices_sglangs_grid_at_the_fitted_rate() -> None:
     prof = resolve_profile("l40s", None, "sglang")
-    assert prof.kernels["moe"].provenance["kernel_source"] == ft.SGLANG_TRITON_SOURCE
+    assert prof.kernels["moe"].provenance["kernel_source"] == moe_ft.SGLANG_TRITON_SOURCE
     assert _step(prof, 1e-14, 64) > _step(prof, 0.0, 64)
     # another kernel's fit: the term reads nothing
     vllm = resolve_profile("l40s", None, "vllm")

@@ -1,5 +1,5 @@
 """SGLang's Triton fused-MoE token tile on H200 fp8 experts (issue 31, helper ``sgl-tile31``):
-the BLOCK_SIZE_M the engine's config lookup resolves (``features.sglang_triton_block_m``), read
+the BLOCK_SIZE_M the engine's config lookup resolves (``moe_features.sglang_triton_block_m``), read
 by the ``moe_perf`` reader at the collector's ``E`` and by a serving step at the served one
 (``E=257`` where DeepSeek's shared expert is fused)."""
 
@@ -11,19 +11,19 @@ import pytest
 
 from twin.calibration.aic_moe import moe_row
 from twin.costmodel import CostModel
-from twin.costmodel import features as ft
+from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.profile_store import resolve_profile
 from twin.costmodel.routing import routing_for
 from twin.precision import WEIGHT_FORMATS
 from twin.presets import get_model
 
-H200, SRC = ft.SGLANG_H200_DEVICE, ft.SGLANG_TRITON_SOURCE
+H200, SRC = moe_ft.SGLANG_H200_DEVICE, moe_ft.SGLANG_TRITON_SOURCE
 
 
 def tile(
     tokens: float, experts: float, width: int, device: str = H200, mode: str = "fp8_block"
 ) -> int:
-    return ft.sglang_triton_block_m(SRC, device, mode, tokens, experts, width)
+    return moe_ft.sglang_triton_block_m(SRC, device, mode, tokens, experts, width)
 
 
 def test_the_collectors_e256_file_and_the_served_e257_file_resolve_different_tiles() -> None:
@@ -53,7 +53,7 @@ def test_without_a_file_the_default_config_decides() -> None:
     # another GPU's or format's files were not read: no tile
     assert tile(32, 256, 256, device="NVIDIA H100") == 0
     assert tile(32, 256, 256, mode="bf16") == 0
-    assert ft.sglang_triton_block_m("vllm_fused_moe", H200, "fp8_block", 32, 256, 256) == 0
+    assert moe_ft.sglang_triton_block_m("vllm_fused_moe", H200, "fp8_block", 32, 256, 256) == 0
 
 
 DEEPSEEK_TP8 = {
@@ -87,13 +87,13 @@ def test_a_served_deepseek_step_pads_to_the_e257_files_16_row_tile(
     prof = resolve_profile("h200", None, "sglang")
     model = get_model("deepseek-r1")
     seen: list[tuple[float, float, int]] = []
-    extras = ft.moe_tile_extras
+    extras = moe_ft.moe_tile_extras
 
     def spy(rows: float, active: float, tile: int, *rest: int) -> tuple[float, float]:
         seen.append((rows, active, tile))
         return extras(rows, active, tile, *rest)
 
-    monkeypatch.setattr(ft, "moe_tile_extras", spy)
+    monkeypatch.setattr(moe_ft, "moe_tile_extras", spy)
 
     def moe_s(c_pad: float, device: str = H200, tokens: int = 32) -> float:
         fit = prof.kernels["moe_fp8_block"]

@@ -1,6 +1,6 @@
 """vLLM's Triton fused MoE (``TritonExperts``) passes over every routed row of a launch, not
 only the rank's: its activation over all of them and, under expert parallelism, the zeros
-the remote experts' blocks write in both GEMMs (``features.vllm_triton_routed_elems``, the
+the remote experts' blocks write in both GEMMs (``moe_features.vllm_triton_routed_elems``, the
 fused-MoE extra ``routed_passes``; issue 34, helper ``moe36``, session 36)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from twin.calibration.aic_moe import moe_row
 from twin.calibration.collector_routing import collector_rank0_load
 from twin.costmodel import CostModel
-from twin.costmodel import features as ft
+from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.profile_store import resolve_profile
 from twin.precision import WEIGHT_FORMATS
 from twin.presets import get_model
@@ -31,16 +31,16 @@ SHAPE = {
 def test_every_routed_row_is_activated_and_the_remote_ones_written_as_zeros() -> None:
     # 1,024 routed rows, 64 of them the rank's: all activated (reads 2 x 768, writes 768),
     # the 960 remote ones written as zeros (2 x 768 in the first GEMM, 2,048 in the second)
-    got = ft.vllm_triton_routed_elems(TRITON, 1024.0, 64.0, 2048, 768, 2)
+    got = moe_ft.vllm_triton_routed_elems(TRITON, 1024.0, 64.0, 2048, 768, 2)
     assert got == 1024 * 3 * 768 + 960 * (2 * 768 + 2048)
     # no expert parallelism: every row is the rank's, the activation alone
-    assert ft.vllm_triton_routed_elems(TRITON, 1024.0, 1024.0, 2048, 768, 2) == 1024 * 3 * 768
+    assert moe_ft.vllm_triton_routed_elems(TRITON, 1024.0, 1024.0, 2048, 768, 2) == 1024 * 3 * 768
     # every label of the Triton experts, and no other kernel
-    for label in ft.VLLM_TRITON_SOURCES:
+    for label in moe_ft.VLLM_TRITON_SOURCES:
         assert label.endswith("_triton_tritonexperts")
-        assert ft.vllm_triton_routed_elems(label, 1024.0, 64.0, 2048, 768, 2) == got
+        assert moe_ft.vllm_triton_routed_elems(label, 1024.0, 64.0, 2048, 768, 2) == got
     flashinfer = "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"
-    assert ft.vllm_triton_routed_elems(flashinfer, 1024.0, 64.0, 2048, 768, 2) == 0.0
+    assert moe_ft.vllm_triton_routed_elems(flashinfer, 1024.0, 64.0, 2048, 768, 2) == 0.0
 
 
 def test_a_triton_table_row_carries_the_passes_of_the_collectors_rank_0() -> None:
@@ -96,7 +96,7 @@ def test_the_triton_fits_price_the_passes(gpu: str, family: str) -> None:
     # regenerated with the term (helper moe36, session 36): a rate near the GPU's memory
     # bandwidth (L40S 2.8e-12 s a bf16 element, ~710 GB/s of 864), not at the fit's floor
     fit = resolve_profile(gpu, None, "vllm").kernels[family]
-    assert fit.provenance["kernel_source"] in ft.VLLM_TRITON_SOURCES
+    assert fit.provenance["kernel_source"] in moe_ft.VLLM_TRITON_SOURCES
     assert fit.params["c_routed_passes"] > 1e-14
 
 

@@ -28,6 +28,7 @@ from twin.calibration.aic_tables import (
     system_sm_count,
 )
 from twin.costmodel import features as ft
+from twin.costmodel import ssm_features as ssm_ft
 from twin.errors import TwinError
 
 # Attention kernel of each engine's default backend, in order of preference (the
@@ -236,7 +237,7 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
         return []
     table = version / "mamba2_perf.parquet"
     raw = _read(table)
-    sms = system_sm_count(system)  # the update's waves of CTAs (``ft.conv1d_features``)
+    sms = system_sm_count(system)  # the update's waves of CTAs (``ssm_ft.conv1d_features``)
     l2 = system_l2(system)  # the update's buffers the table's replays keep in L2
     families = []
     for kernel, source in (
@@ -261,8 +262,8 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
             length = 1 if update else s
             # The collector's batched call (``collector/trtllm/collect_mamba2.py``: x of
             # (batch, dim, seqlen), no ``query_start_loc``): not varlen. The update's
-            # graph replays one call on the same buffers (``ft.conv1d_features``).
-            feats = ft.conv1d_features(
+            # graph replays one call on the same buffers (``ssm_ft.conv1d_features``).
+            feats = ssm_ft.conv1d_features(
                 b, length, width, taps, ELEM_BYTES, update, sms, l2_bytes=l2 if update else None
             )
             shape = {"b": b, "l": length, "c": width, "k": taps}

@@ -36,15 +36,15 @@ from twin.calibration.moe_sibling import (
     fill_slow_series,
     sibling_of,
 )
-from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
+from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.routing import ROUTINGS
 from twin.costmodel.table_release import pick_version
 
 
 def reads_replay_l2(params: dict[str, float]) -> bool:
     """Whether a fused-MoE fit was fitted on rows whose working set a table's replays keep
-    in L2 (``features.moe_features``): a fit of that form has a positive ``c_l2_bytes``
+    in L2 (``moe_features.moe_features``): a fit of that form has a positive ``c_l2_bytes``
     (the fit's parameters are exponentials, never 0); one written before reads with 0
     (``profile._upgrade``) and was fitted with every byte from HBM."""
     return params.get("c_l2_bytes", 0.0) > 0.0
@@ -72,13 +72,13 @@ def moe_row(
     are those of the rank its collector timed (``collector_routing.table_rank_load``;
     False: the mean rank, as a fit written before the rule read them). ``l2_bytes``:
     the L2 of the table's GPU (``system_l2``): a working set that fits stays there
-    across the collector's replays (``features.moe_features``). SGLang's Triton rows
+    across the collector's replays (``moe_features.moe_features``). SGLang's Triton rows
     above as many tokens as local experts ran its large-M default config
-    (``features.sglang_large_m``); vLLM's Marlin and FlashInfer TRT-LLM-gen mxfp4 rows
-    take each expert's rows in the token tile the kernel picks (``features.moe_token_tile``).
+    (``moe_features.sglang_large_m``); vLLM's Marlin and FlashInfer TRT-LLM-gen mxfp4 rows
+    take each expert's rows in the token tile the kernel picks (``moe_features.moe_token_tile``).
     ``sms``: the SMs of the table's GPU, for SGLang's Triton grid
-    (``features.sglang_grid_flops``, bf16 rows and the mxfp4 rows it upcasts to bf16,
-    ``features.sglang_upcast_experts``; None: not read, and SGLang's rows at the
+    (``moe_features.sglang_grid_flops``, bf16 rows and the mxfp4 rows it upcasts to bf16,
+    ``moe_features.sglang_upcast_experts``; None: not read, and SGLang's rows at the
     mean rank, as a fit written before the grid was fitted read them); with it, SGLang's
     Triton and Marlin rows under EP are those of its collector's rank 0 (``sglang_rank0_row``);
     ``clamped``: with the rows its clamp of the masked slots puts on expert 0
@@ -94,9 +94,9 @@ def moe_row(
         else ROUTINGS["balanced"].rank_load(t, n_exp, top, ep)
     )
     rows, active = load.rows, load.active
-    # SGLang's Triton runner upcasts mxfp4 experts to bf16 (``features.sglang_upcast_experts``;
+    # SGLang's Triton runner upcasts mxfp4 experts to bf16 (``moe_features.sglang_upcast_experts``;
     # rows for a fit written before SGLang's grid keep the experts' own bytes)
-    unquantised = fmt.bytes_per_param is None or ft.sglang_upcast_experts(
+    unquantised = fmt.bytes_per_param is None or moe_ft.sglang_upcast_experts(
         source, fmt.table_mode, sms is not None
     )
     act_e, w_e = (
@@ -106,7 +106,7 @@ def moe_row(
     )
     width = inter // mtp
     routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
-    large_m = ft.sglang_large_m(source, unquantised, t, n_exp // ep)
+    large_m = moe_ft.sglang_large_m(source, unquantised, t, n_exp // ep)
     mode = fmt.table_mode if table_mode is None else table_mode
     device = str(r.get("device", ""))
     launch = _rank_tokens(t, top, ep)
@@ -115,8 +115,8 @@ def moe_row(
     # aiconfigurator cb4d907c7 ``benchmark_config``) the row block is of those tokens, where
     # the framework layer (0.5.14) launches every token
     own_launch = rank0 and timed_rank and clamped
-    clamped_launch = own_launch and source in ft.SGLANG_MARLIN_SOURCES
-    tile = ft.expert_token_tile(
+    clamped_launch = own_launch and source in moe_ft.SGLANG_MARLIN_SOURCES
+    tile = moe_ft.expert_token_tile(
         source,
         device,
         mode,
@@ -129,11 +129,13 @@ def moe_row(
     )
     # the collector's clamped slots: rows of rank 0's expert 0 (``sglang_clamped_rows``)
     hot = sglang_clamped_rows(t, n_exp, top, ep) if own_launch else 0.0
-    triton_bf16 = ft.sglang_default_config(source, unquantised)
+    triton_bf16 = moe_ft.sglang_default_config(source, unquantised)
     grid = (
-        ft.sglang_grid_flops(rows, active, d, width, 2, large_m, sms, hot) if triton_bf16 else 0.0
+        moe_ft.sglang_grid_flops(rows, active, d, width, 2, large_m, sms, hot)
+        if triton_bf16
+        else 0.0
     )
-    feats = ft.moe_features(
+    feats = moe_ft.moe_features(
         rows,
         routed,
         active,
@@ -148,7 +150,7 @@ def moe_row(
         tile,
         grid,
         hot,
-        ft.vllm_triton_routed_elems(source, t * top, rows, d, width, 2),
+        moe_ft.vllm_triton_routed_elems(source, t * top, rows, d, width, 2),
     )
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
     return _row(kernel, feats, latency_ms, shape)
@@ -364,7 +366,7 @@ MXFP8_ACTIVATION_SOURCE = ("sglang", "sglang_flashinfer_trtllm_moe")
 # ``moe_torch_flow``). Read from the table of the release the bf16-activation mxfp4
 # family reads (the newest with rows of that format: 1.3.0rc20 on B200, the one timing
 # gpt-oss's 2,880 x 2,880, 128 experts, top 4; 1.3.0rc23's rows time other shapes only).
-TRTLLM_MXFP8_ACTIVATION_SOURCE = ft.TRTLLM_MOE_SOURCE
+TRTLLM_MXFP8_ACTIVATION_SOURCE = moe_ft.TRTLLM_MOE_SOURCE
 
 
 def _trtllm_mxfp8_versions(system: Path) -> list[Path]:
@@ -388,7 +390,7 @@ def mxfp8_activation_rows(system: Path, engine: str, replay_l2: bool = True) -> 
         versions = _trtllm_mxfp8_versions(system)
     else:
         return []
-    dtype = ft.MXFP8_ACTIVATION_MODE
+    dtype = moe_ft.MXFP8_ACTIVATION_MODE
     families = []
     for mode in fm.MOE_MXFP8_ACTIVATION_MODES:
         fmt = px.WEIGHT_FORMATS[mode]

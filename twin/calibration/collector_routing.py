@@ -20,24 +20,24 @@ import math
 
 import numpy as np
 
-from twin.costmodel.features import SGLANG_MARLIN_SOURCES, SGLANG_TRITON_SOURCE
+from twin.costmodel.moe_features import SGLANG_MARLIN_SOURCES, SGLANG_TRITON_SOURCE
 from twin.costmodel.routing import ROUTINGS, RankLoad
 
 # The kernel sources of the vLLM collector's rows (``collect_moe.py`` logs ``vllm_<method>``).
 VLLM_SOURCE_PREFIX = "vllm_"
 # The SGLang collector's rows timed on rank 0's workload: its Triton label
-# (``features.SGLANG_TRITON_SOURCE``) and the table modes it runs that way
+# (``moe_features.SGLANG_TRITON_SOURCE``) and the table modes it runs that way
 # (ai-dynamo/aiconfigurator 095f58a51 ``collector/sglang/collect_moe.py``): bf16 and fp8-block
 # through ``fused_moe`` (``build_rank0_workloads`` under ``moe_ep_size > 1``, the same routing
 # as the vLLM collector's rank 0 above), mxfp4 through the framework layer
 # (``_benchmark_framework_quantized_moe``: every token's balanced logits over the global
 # experts, the layer built as EP rank 0, ``_patch_framework_moe_parallel(moe_ep_rank=0)``, so
 # it computes rank 0's experts' rows; SGLang's Triton runner upcasts those experts to bf16,
-# ``features.sglang_upcast_experts``). The framework layer clamps nothing
+# ``moe_features.sglang_upcast_experts``). The framework layer clamps nothing
 # (``sglang_clamped_rows`` is the collector's own ``fused_moe`` call); its tables are 0.5.14's.
 # Chosen on the fit rows (docs/decisions.md, issue 34, helper ``moe37b``, session 37).
 SGLANG_RANK0_MODES = frozenset({"bfloat16", "fp8_block", "w4a16_mxfp4"})
-# SGLang's Marlin rows (``features.SGLANG_MARLIN_SOURCES``, every table mode: ``int4_wo`` and
+# SGLang's Marlin rows (``moe_features.SGLANG_MARLIN_SOURCES``, every table mode: ``int4_wo`` and
 # ``w4a16_mxfp4``) under EP are rank 0's workload in both releases the tables hold. 0.5.10
 # (ai-dynamo/aiconfigurator cb4d907c7 ``collector/sglang/collect_moe.py``, the A100 / H100 /
 # H200 int4 tables): ``run_moe_torch`` builds ``build_rank0_workloads`` under ``moe_ep_size >

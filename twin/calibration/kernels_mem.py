@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from twin.calibration.kernels import Kernel, Runner, Shape, SweepContext
 from twin.costmodel import features as ft
+from twin.costmodel import ssm_features as ssm_ft
 from twin.torch_ops.conv import causal_conv1d_taps
 
 
@@ -30,7 +31,7 @@ class Conv1d(Kernel):
         ]
 
     def features(self, shape: Shape, e: int) -> ft.Features:
-        return ft.conv1d_features(shape["b"], shape["l"], shape["c"], shape["k"], e)
+        return ssm_ft.conv1d_features(shape["b"], shape["l"], shape["c"], shape["k"], e)
 
     def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
         t = ctx.torch

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from twin.calibration.kernels import Kernel, Runner, Shape, SweepContext
 from twin.costmodel import features as ft
+from twin.costmodel import ssm_features as ssm_ft
 from twin.torch_ops.mamba_triton import import_mamba_triton
 
 
@@ -88,7 +89,7 @@ class SsmScan(Kernel):
         ]
 
     def features(self, shape: Shape, e: int) -> ft.Features:
-        return ft.ssm_scan_features(
+        return ssm_ft.ssm_scan_features(
             shape["b"], shape["l"], shape["h"], shape["p"], shape["n"], shape["g"], shape["q"], e
         )
 
@@ -157,7 +158,7 @@ class SsmStep(Kernel):
 
     def features(self, shape: Shape, e: int) -> ft.Features:
         # Mamba2 keeps the recurrent state in the activation dtype by default.
-        return ft.ssm_step_features(
+        return ssm_ft.ssm_step_features(
             shape["b"], shape["h"], shape["p"], shape["n"], shape["g"], e, e
         )
 

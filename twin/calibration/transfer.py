@@ -26,7 +26,7 @@ from twin.hardware import SM_COUNTS, get_gpu
 # the MLA prefill kernel's waves (``mla_features.mla_bmm_features``,
 # ``mla_prefill_waves``), the BMMs' small-tile waves and the MLA decode launch's waves
 # (``mla_features.mla_decode_launch``), the causal conv1d update's waves of CTAs
-# (``features.conv1d_features``), the attention decode launch's waves x head dim
+# (``ssm_features.conv1d_features``), the attention decode launch's waves x head dim
 # (``features.attn_decode_waves_d``, ``flashinfer_decode_waves``) or TensorRT-LLM Hopper's XQA
 # CTAs (``c_xqa_ctas``, one CTA's time). One SM's speed is the GPU's peak over its SMs, so these
 # scale by the FLOP ratio times the SM ratio.

@@ -35,8 +35,6 @@ import numpy as np
 
 from twin.costmodel import latency as lat
 from twin.costmodel.features import (
-    CONV_UPDATE_RESIDENT,
-    CONV_UPDATE_THREADS,
     DECODE_PACKED_ROWS,
     FLASHINFER_BLOCKS_PER_SM,
     GEMM_TILE_M,
@@ -46,6 +44,7 @@ from twin.costmodel.features import (
     XQA_MIN_HISTORY_TOKENS_PER_BLOCK,
     launch_code,
 )
+from twin.costmodel.ssm_features import CONV_UPDATE_RESIDENT, CONV_UPDATE_THREADS
 from twin.jit import jit
 
 

@@ -15,6 +15,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mixer_kernels as mk
+from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.breakdown import LABEL, StepCost
 from twin.costmodel.kernel_layout import VLLM_CUSTOM_ALLREDUCE_MAX_BYTES, KernelLayout
 from twin.costmodel.moe_layout import fuses_shared_expert, measured_ep, priced_ep
@@ -53,10 +54,10 @@ class DensePricing(ShardShapes):
     # The fused-MoE fit's kernel source (its tables' ``kernel_source``; "" without a fit).
     _moe_source: str
     # Whether the fused-MoE fit prices the experts as bf16 (bf16 experts, or those SGLang's
-    # Triton runner upcasts: ``features.sglang_upcast_experts``).
+    # Triton runner upcasts: ``moe_features.sglang_upcast_experts``).
     _moe_unquantised: bool
     # The table mode and device the fused-MoE fit's token-tile rule reads
-    # (``features.moe_token_tile``: the rules are per kernel, format and GPU).
+    # (``moe_features.moe_token_tile``: the rules are per kernel, format and GPU).
     _moe_tile_mode: str
     _moe_device: str
     moe_key: str | None
@@ -222,15 +223,15 @@ class DensePricing(ShardShapes):
             self._moe_ep = measured_ep(m, self.tp, self._moe_ep, source, timed)
         self._moe_width = self.model.moe_d_ff // (self.tp // self._moe_ep)
         e = self.model.dtype_bytes
-        # SGLang's Triton runner upcasts mxfp4 experts to bf16 (``features.
+        # SGLang's Triton runner upcasts mxfp4 experts to bf16 (``moe_features.
         # sglang_upcast_experts``; a fit written before SGLang's grid keeps their own bytes)
-        self._moe_unquantised = fmt.bytes_per_param is None or ft.sglang_upcast_experts(
-            source, fmt.table_mode, ft.reads_sglang_grid(fit.params)
+        self._moe_unquantised = fmt.bytes_per_param is None or moe_ft.sglang_upcast_experts(
+            source, fmt.table_mode, moe_ft.reads_sglang_grid(fit.params)
         )
         act, weight = (
             (float(e), float(e)) if self._moe_unquantised else px.gemm_operand_bytes(fmt, e)
         )
-        tile = ft.moe_tile_bytes(self.d_model, self._moe_width, self.up_mats, weight)
+        tile = moe_ft.moe_tile_bytes(self.d_model, self._moe_width, self.up_mats, weight)
         self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight, tile)
         self._moe_source = source
         # The experts' table mode for the token tile: the mxfp8-activation kernel's where the
@@ -240,7 +241,7 @@ class DensePricing(ShardShapes):
             if fmt.name in fm.MOE_MXFP8_ACTIVATION_MODES
             else None
         )
-        self._moe_tile_mode = ft.MXFP8_ACTIVATION_MODE if fit == mxfp8 else fmt.table_mode
+        self._moe_tile_mode = moe_ft.MXFP8_ACTIVATION_MODE if fit == mxfp8 else fmt.table_mode
         self._moe_device = str(fit.provenance.get("device", ""))
         self.moe_key = key
         self._moe_series = self._series_of(fit)
@@ -554,7 +555,7 @@ class DensePricing(ShardShapes):
         rows, active = load.rows, load.active
         if self._shared_fused:  # one more expert, every token's: its weights and t rows
             routed, rows, active = routed + t, rows + t, active + 1.0
-        flops, nbytes, weights = ft.moe_sums(
+        flops, nbytes, weights = moe_ft.moe_sums(
             self._moe_padded_rows(rows, active),
             active,
             d,
@@ -572,20 +573,20 @@ class DensePricing(ShardShapes):
         # L2 reads are their collector's replays on one layer's weights; in a forward pass
         # a layer's experts were last read a whole pass earlier, so they come from HBM.
         # SGLang's default Triton config above as many tokens as the rank's experts
-        # (``features.sglang_large_m``; 0 for every other kernel, and a fit written before
+        # (``moe_features.sglang_large_m``; 0 for every other kernel, and a fit written before
         # the term reads ``c_large_m_weights`` 0).
         local = n_exp / ep + (1.0 if self._shared_fused else 0.0)
         unquantised = self._moe_unquantised
-        large_m = ft.sglang_large_m(self._moe_source, unquantised, t, local)
+        large_m = moe_ft.sglang_large_m(self._moe_source, unquantised, t, local)
         large_w = weights if large_m else 0.0
-        # The token tile the kernel takes each expert's rows in (``features.
+        # The token tile the kernel takes each expert's rows in (``moe_features.
         # moe_token_tile``: vLLM's Marlin MoE, FlashInfer's TRT-LLM-gen mxfp4; 0 for every
         # other kernel, and a fit written before the terms reads their coefficients 0).
         # SGLang's Triton kernel: the BLOCK_SIZE_M its config lookup resolves for the served
-        # experts (``features.sglang_triton_block_m``: ``E`` is 257 where the shared expert is
+        # experts (``moe_features.sglang_triton_block_m``: ``E`` is 257 where the shared expert is
         # fused). TensorRT-LLM's Triton MoE on Hopper: its routing's row block
-        # (``features.trtllm_triton_block_m``).
-        token_tile = ft.expert_token_tile(
+        # (``moe_features.trtllm_triton_block_m``).
+        token_tile = moe_ft.expert_token_tile(
             self._moe_source,
             self._moe_device,
             self._moe_tile_mode,
@@ -596,23 +597,25 @@ class DensePricing(ShardShapes):
             local,
             self._moe_width,
         )
-        pad, restream = ft.moe_tile_extras(
+        pad, restream = moe_ft.moe_tile_extras(
             rows, active, token_tile, d, self._moe_width, self.up_mats
         )
-        # SGLang's Triton grid in waves of its default config's tiles (``features.
+        # SGLang's Triton grid in waves of its default config's tiles (``moe_features.
         # sglang_grid_flops``; 0 for every other kernel, and a fit written before the term
         # reads ``c_grid_flops`` 0). A serving rank runs every token's rows (no rank-0
         # workload), at the routing rule's rows and experts.
         grid = (
-            ft.sglang_grid_flops(rows, active, d, self._moe_width, self.up_mats, large_m, self.sms)
-            if ft.sglang_default_config(self._moe_source, unquantised)
+            moe_ft.sglang_grid_flops(
+                rows, active, d, self._moe_width, self.up_mats, large_m, self.sms
+            )
+            if moe_ft.sglang_default_config(self._moe_source, unquantised)
             else 0.0
         )
         # vLLM's Triton kernel passes over every routed row of the step (its activation;
         # the remote experts' zero writes under EP, every rank holding every token):
-        # ``features.vllm_triton_routed_elems``; 0 for every other kernel, and a fit written
+        # ``moe_features.vllm_triton_routed_elems``; 0 for every other kernel, and a fit written
         # before the term reads ``c_routed_passes`` 0.
-        passes = ft.vllm_triton_routed_elems(
+        passes = moe_ft.vllm_triton_routed_elems(
             self._moe_source, routed, rows, d, self._moe_width, self.up_mats
         )
         experts = kernel(

@@ -217,7 +217,7 @@ TABLE_KERNELS: dict[tuple[str, str], str] = {
 # 3,584, 896 experts, top 16, moe_tp 1-16; ``{h100_sxm,h200_sxm}/moe/vllm/0.24.0/
 # moe_perf.parquet``): the WNA16 fit's ``eff_flops`` divided by the factor that makes the
 # median of table / price 1 over its 84 balanced compute-bound rows (2,048-16,384 tokens),
-# priced as the fits are, with Marlin's row block (``features.marlin_block_m``):
+# priced as the fits are, with Marlin's row block (``moe_features.marlin_block_m``):
 # H200 1.27, H100 1.30 against the WNA16 fits regenerated with the block's terms (session
 # 30; 1.44 / 1.49 against the fits before them). The fit alone prices those rows at 0.87 /
 # 0.85 of the table: the e2m1 + e8m0 dequantisation in the MMA loop costs more than int4's.

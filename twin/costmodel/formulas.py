@@ -173,19 +173,19 @@ MOE_MODES = {"bfloat16": "flops", **PRECISION_GEMMS, **MOE_ONLY_MODES}
 # The fused MoE's terms (every fused-MoE family's: the default kernel, TensorRT-LLM's
 # min-latency one, the mxfp8-activation one): its extras and its serial feature.
 # ``l2_bytes``: a table row's working set read from L2 across the collector's replays
-# (``features.moe_features``); zero in a serving step, so a fit written before it reads
+# (``moe_features.moe_features``); zero in a serving step, so a fit written before it reads
 # with ``c_l2_bytes`` 0 and prices as it did (``profile._upgrade``). ``large_m_weights``:
-# the weights SGLang's large-M default Triton config streams (``features.sglang_large_m``;
+# the weights SGLang's large-M default Triton config streams (``moe_features.sglang_large_m``;
 # zero for every other kernel); a fit written before it reads ``c_large_m_weights`` 0.
 # ``pad_flops`` / ``restream_weights``: the FLOPs of the rows a kernel pads each expert's
 # rows with to its token tile, and the weights each further tile of an expert streams
-# again (``features.moe_token_tile``: vLLM's Marlin MoE, FlashInfer's TRT-LLM-gen mxfp4;
+# again (``moe_features.moe_token_tile``: vLLM's Marlin MoE, FlashInfer's TRT-LLM-gen mxfp4;
 # zero for every other kernel); a fit written before them reads ``c_pad_flops`` and
 # ``c_restream_weights`` 0. ``grid_flops``: the FLOPs SGLang's Triton kernel runs as whole
-# waves of its default config's tiles (``features.sglang_grid_flops``; zero for every
+# waves of its default config's tiles (``moe_features.sglang_grid_flops``; zero for every
 # other kernel); a fit written before it reads ``c_grid_flops`` 0. ``routed_passes``: the
 # elements vLLM's Triton kernel moves for every routed row beyond the rank's GEMMs (its
-# activation over all of them, the remote experts' zero writes under EP: ``features.
+# activation over all of them, the remote experts' zero writes under EP: ``moe_features.
 # vllm_triton_routed_elems``; zero for every other kernel); a fit written before it reads
 # ``c_routed_passes`` 0.
 MOE_EXTRAS = (
@@ -256,7 +256,7 @@ def moe_trtllm_gen_kernel(mode: str) -> str:
 # The mxfp4 experts with their activations quantised to mxfp8 on the way in (FlashInfer's
 # TRT-LLM-gen ``trtllm_fp4_block_scale_moe`` fed ``mxfp8_quantize``'s output: vLLM's
 # ``SM100_FI_MXFP4_MXFP8_TRTLLM`` / ``FLASHINFER_TRTLLM_MXFP4_MXFP8`` backend on Blackwell,
-# the tables' ``w4a8_mxfp4_mxfp8``, ``features.MXFP8_ACTIVATION_MODE``): a second kernel
+# the tables' ``w4a8_mxfp4_mxfp8``, ``moe_features.MXFP8_ACTIVATION_MODE``): a second kernel
 # of the same weight format, which a run takes only when asked (``twin.engine.modes_vllm``
 # ``moe_backend``). Its fit keeps the weight format's features and peak (the bf16 rate, as
 # ``mxfp4``'s), so it stands in for that format's fit (``Profile.with_experts_fit``); the
@@ -587,7 +587,7 @@ FORMULAS: dict[str, KernelFormula] = {
             "mem_bw",
             True,
             # ``l2_bytes``: the bytes the table's CUDA-graph replays read from L2
-            # (``features.conv1d_features``, the rule of ``MLA_KERNEL_REPLAY``); a serving
+            # (``ssm_features.conv1d_features``, the rule of ``MLA_KERNEL_REPLAY``); a serving
             # step passes 0. A fit without it reads ``c_l2_bytes`` 0 (``profile._upgrade``).
             ("cta_waves", *MLA_KERNEL_REPLAY),
             "causal conv1d decode update: one token per sequence, conv state read + written",

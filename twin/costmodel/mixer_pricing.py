@@ -13,6 +13,7 @@ from collections.abc import Callable
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
 from twin.costmodel import mixer_kernels as mk
+from twin.costmodel import ssm_features as ssm_ft
 from twin.costmodel.breakdown import LABEL, StepCost
 from twin.costmodel.shard_shapes import ShardShapes
 from twin.costmodel.step_features import StepFeatures
@@ -100,7 +101,9 @@ class MixerPricing(ShardShapes):
             ssm = (self.ssm_heads, self.ssm_head_dim, self.ssm_d_state, self.ssm_groups)
             conv = ("mamba2", f, self.conv_channels, m.ssm_conv_kernel)
             if f.prefill_chunks:
-                scan = ft.ssm_scan_sums(f.prefill_tokens, f.scan_chunks, *ssm, self.chunk_size, e)
+                scan = ssm_ft.ssm_scan_sums(
+                    f.prefill_tokens, f.scan_chunks, *ssm, self.chunk_size, e
+                )
                 parts.append(("mamba2", "ssm_scan", k["ssm_scan"](*scan)))
                 parts.append(self._conv(*conv, decode=False))
             if f.decodes:
@@ -136,7 +139,7 @@ class MixerPricing(ShardShapes):
         m, k, e = self.model, self._k, self.elem_bytes
         if kind == "mamba2":
             ssm = (self.ssm_heads, self.ssm_head_dim, self.ssm_d_state, self.ssm_groups)
-            sf, sb, _ = ft.ssm_step_features(f.decodes, *ssm, e, m.state_dtype_bytes)
+            sf, sb, _ = ssm_ft.ssm_step_features(f.decodes, *ssm, e, m.state_dtype_bytes)
             parts = [("mamba2", "ssm_step", k["ssm_step"](sf, sb))]
             parts.append(self._conv("mamba2", f, self.conv_channels, m.ssm_conv_kernel, True))
         elif kind == "mamba1":
@@ -162,11 +165,11 @@ class MixerPricing(ShardShapes):
         e = self.elem_bytes
         if decode:
             # No L2 term in serving (``l2_bytes`` None: the state from HBM, 0 L2 bytes).
-            cf, cb, x = ft.conv1d_features(f.decodes, 1, width, taps, e, True, self.sms)
+            cf, cb, x = ssm_ft.conv1d_features(f.decodes, 1, width, taps, e, True, self.sms)
             return (kind, "conv1d", self._conv_update(cf, cb, x["cta_waves"], x["l2_bytes"]))
         # The engines' varlen call: the step's prompt tokens packed, a CTA per chunk and
-        # channel, every one on the unvectorised path (``features.conv1d_features``).
-        cf, cb, x = ft.conv1d_features(
+        # channel, every one on the unvectorised path (``ssm_features.conv1d_features``).
+        cf, cb, x = ssm_ft.conv1d_features(
             1, f.prefill_tokens, width, taps, e, sequences=f.prefill_chunks
         )
         return (kind, "conv1d", self._k["conv1d"](cf, cb, x["seq_channels"], x["unaligned_ctas"]))

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from twin.costmodel.features import TRTLLM_MOE_SOURCE
+from twin.costmodel.moe_features import TRTLLM_MOE_SOURCE
 from twin.costmodel.table_release import release_at_least
 from twin.model import ModelSpec
 

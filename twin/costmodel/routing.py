@@ -2,7 +2,7 @@
 launch waits for.
 
 A fused-MoE launch on one expert-parallel rank streams the weights of each of its experts
-that at least one row reaches and computes its rows (``features.moe_sums``); under expert
+that at least one row reaches and computes its rows (``moe_features.moe_sums``); under expert
 parallelism the layer ends when its slowest rank does. A routing rule says, for a step of
 ``tokens`` tokens each routed to ``top_k`` of ``n_experts`` experts spread over ``ep``
 ranks, the rows and the distinct experts of that rank (``RankLoad``).

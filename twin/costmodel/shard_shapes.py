@@ -37,7 +37,7 @@ class ShardShapes:
     kv_elem_bytes: int  # bytes per K/V element the attention kernels read (fp8 KV: 1)
     priced: PricedPrecision  # the fits the model's precision takes
     # The profile's GPU's SMs (``twin.hardware.SM_COUNTS``; None where not tabulated): the
-    # waves of a launch's tiles (``features.gemm_wave_k``, ``features.sglang_grid_flops``,
+    # waves of a launch's tiles (``features.gemm_wave_k``, ``moe_features.sglang_grid_flops``,
     # ``mla_features.mla_bmm_features``).
     sms: int | None
     # The attention decode fit's launch rule (``features.decode_launch_rule``).

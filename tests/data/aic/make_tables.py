@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from twin.costmodel import features as ft  # noqa: E402
 from twin.costmodel import formulas as fm  # noqa: E402
 from twin.costmodel import latency as lat  # noqa: E402
+from twin.costmodel import ssm_features as ssm_ft  # noqa: E402
 from twin.hardware import get_gpu  # noqa: E402
 from twin.precision import WEIGHT_FORMATS, gemm_operand_bytes  # noqa: E402
 
@@ -207,7 +208,7 @@ def main() -> None:
                 "n_groups": g,
                 "chunk_size": 128,
             }
-            t = ms("conv1d", ft.conv1d_features(b, s, width, 4, 2))
+            t = ms("conv1d", ssm_ft.conv1d_features(b, s, width, 4, 2))
             mamba.append(
                 {
                     **base,
@@ -219,7 +220,7 @@ def main() -> None:
             )
     for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
         for width in (6144, 10240):
-            t = ms("conv1d_update", ft.conv1d_features(b, 1, width, 4, 2, with_state=True))
+            t = ms("conv1d_update", ssm_ft.conv1d_features(b, 1, width, 4, 2, with_state=True))
             mamba.append(
                 {
                     **label("TRTLLM", "1.3.0rc20", "mamba2", "causal_conv1d_update"),
