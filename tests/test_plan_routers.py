@@ -8,8 +8,9 @@ the tiny model's steps are its kernels), document QA over a library of 300 docum
 each replica's prefix cache a dedicated 0.3 GB (about 585,000 tokens: some 195 documents),
 at 16,000 sessions/s for 0.15 simulated seconds, P95 TTFT <= 0.6 ms. Round-robin sends
 every document to every replica, whose caches each hold two thirds of the library: it
-needs three replicas (four before session 38's refit of H200 vLLM's decode attention). The prefix-aware router sends a document where it is cached, so two
-replicas hold the whole library between them and meet the target.
+needs three replicas (four before session 38's refit of H200 vLLM's decode attention).
+The prefix-aware router sends a document where it is cached, so two replicas hold the
+whole library between them and meet the target.
 """
 
 from __future__ import annotations
