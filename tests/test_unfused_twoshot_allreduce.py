@@ -1,10 +1,12 @@
 """TensorRT-LLM 1.2.0rc5's Hopper custom all-reduce tables time, at decode sizes, the
 two-shot kernel the un-fused op picks, where the decode layers' all-reduce (fused with the
 next RMSNorm) runs one-shot (issue 31, helper q235h38;
-``twin.calibration.aic_collectives.UNFUSED_TWOSHOT_TABLES``). They price no release: the
-older releases (the H100 rows' 1.0.0rc3, H200's 1.1.0rc2.post2) read the oldest other
-table, 1.3.0rc10, and the shipped H100 / H200 TensorRT-LLM profiles keep no 1.2.0rc5
-all-reduce fit. Blackwell's 1.2.0rc5 table (one-shot there) is read as before.
+``twin.calibration.aic_collectives.UNFUSED_TWOSHOT_TABLES``). They price no release of a
+fused layout: the older releases (the H100 rows' 1.0.0rc3, H200's 1.1.0rc2.post2) read the
+oldest other table, 1.3.0rc10, and the shipped H100 / H200 TensorRT-LLM profiles keep no
+1.2.0rc5 all-reduce fit under ``fits`` (an un-fused layout reads them from
+``unfused_fits``: ``tests/test_allreduce_fusion_tables.py``, helper trtar39). Blackwell's
+1.2.0rc5 table (one-shot there) is read as before.
 
 The reader tests read the installed package where it is present; the price tests read the
 shipped profiles.

@@ -97,41 +97,59 @@ def gather_rows(system: Path) -> list[FamilyRows]:
 
 
 # TensorRT-LLM custom all-reduce tables (system directory, release) that time, at decode
-# sizes, a kernel TensorRT-LLM's decode layers do not run there. The collector times the
-# op un-fused (ai-dynamo/aiconfigurator ``collector/collect_all_reduce.py``: ``AllReduce``
-# with ``AllReduceStrategy.AUTO`` and ``AllReduceFusionOp.NONE``), and AUTO picks by fusion
-# op (NVIDIA/TensorRT-LLM ``cpp/tensorrt_llm/thop/allreduceOp.cpp`` ``selectImplementation``
+# sizes, the un-fused op's own algorithm picks, which a layer running the op fused with
+# its next RMSNorm does not run there. The collector times the op un-fused
+# (ai-dynamo/aiconfigurator ``collector/collect_all_reduce.py``: ``AllReduce`` with
+# ``AllReduceStrategy.AUTO`` and ``AllReduceFusionOp.NONE``), and AUTO picks by fusion op
+# (NVIDIA/TensorRT-LLM ``cpp/tensorrt_llm/thop/allreduceOp.cpp`` ``selectImplementation``
 # -> ``cpp/tensorrt_llm/common/customAllReduceUtils.h`` ``selectStrategyLookUpTable``,
 # ``AllReduceBestStrategyTableSM90``, stored tree): hidden 4096, fusion NONE, two-shot at
 # 2 and 8 tokens on 2 GPUs and at 8-64 tokens on 4, one-shot around them; fusion
-# RESIDUAL_RMS_NORM, which the decode layers run (``_torch/models/modeling_qwen3_moe.py``
-# ``Qwen3MoEDecoderLayer``: both all-reduces of a layer fused with the next RMSNorm,
-# ``PRE_MOE_FUSION`` / ``POST_MOE_FUSION``), one-shot up to 1,024 / 256 tokens on 2 / 4
-# GPUs. In aiconfigurator-core 0.12.0's 1.2.0rc5 Hopper tables exactly those two-shot
-# points stand out (H100, 2 GPUs: 9.9 / 8.4 us at 8 / 32 Ki elements against 3.4-3.8 at
-# the sizes around them; 4 GPUs: 10.9-11.9 us at 32-256 Ki against 3.7 at 16 Ki and 13.2
-# at 512 Ki; H200 alike), where the 1.3.0rc10 and 1.3.0rc20 tables run smoothly through
-# them (4 GPUs 3.7-7.9 us); the Blackwell 1.2.0rc5 table, whose SM100 column is one-shot
-# there, has no such points. Such a table prices no release (the pick falls to the
-# engine's other tables: for older releases the oldest of them); issue 31, helper q235h38.
+# RESIDUAL_RMS_NORM (``_torch/models/modeling_qwen3_moe.py`` ``Qwen3MoEDecoderLayer``:
+# both all-reduces of a layer fused with the next RMSNorm, ``PRE_MOE_FUSION`` /
+# ``POST_MOE_FUSION``), one-shot up to 1,024 / 256 tokens on 2 / 4 GPUs. In
+# aiconfigurator-core 0.12.0's 1.2.0rc5 Hopper tables exactly those two-shot points stand
+# out (H100, 2 GPUs: 9.9 / 8.4 us at 8 / 32 Ki elements against 3.4-3.8 at the sizes
+# around them; 4 GPUs: 10.9-11.9 us at 32-256 Ki against 3.7 at 16 Ki and 13.2 at 512 Ki;
+# H200 alike), where the 1.3.0rc10 and 1.3.0rc20 tables run smoothly through them (4 GPUs
+# 3.7-7.9 us); the Blackwell 1.2.0rc5 table, whose SM100 column is one-shot there, has no
+# such points (issue 31, helper q235h38). So such a table prices only a layout whose
+# all-reduces run un-fused (``KernelLayout.norm_in_allreduce`` false: Llama-3.1-8B's,
+# "Disable fusion for small models", ``twin.engine.kernel_layouts.trtllm_norm_in_allreduce``),
+# which runs exactly the NONE column it timed: its fit is kept apart
+# (``twin.costmodel.profile.TableReleases.unfused_fits``, :func:`unfused_allreduce_rows`)
+# and a fused layout's pick falls to the engine's other tables (for older releases the
+# oldest of them); issue 31, helper trtar39.
 UNFUSED_TWOSHOT_TABLES = frozenset({("h100_sxm", "1.2.0rc5"), ("h200_sxm", "1.2.0rc5")})
 
 
-def custom_allreduce_dir(system: Path, engine: str, release: str | None) -> Path | None:
+def unfused_versions(system: Path, engine: str) -> set[str]:
+    """The releases of ``engine``'s custom all-reduce tables on ``system`` that time the
+    un-fused op's own picks (:data:`UNFUSED_TWOSHOT_TABLES`)."""
+    if engine != "trtllm":
+        return set()
+    return {v for s, v in UNFUSED_TWOSHOT_TABLES if s == system.name}
+
+
+def custom_allreduce_dir(
+    system: Path, engine: str, release: str | None, fused: bool = True
+) -> Path | None:
     """The version directory whose custom all-reduce table prices engine release
-    ``release`` (:func:`release_version`), :data:`UNFUSED_TWOSHOT_TABLES` passed over."""
-    passed_over = (
-        {v for s, v in UNFUSED_TWOSHOT_TABLES if s == system.name} if engine == "trtllm" else set()
-    )
+    ``release`` (:func:`release_version`) for a layout running the op ``fused`` with the
+    next norm (:func:`unfused_versions` passed over) or not (every table a candidate)."""
+    passed_over = unfused_versions(system, engine) if fused else set()
     return release_version(
         system / "comm" / engine, "custom_allreduce_perf.parquet", release, passed_over
     )
 
 
-def allreduce_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
+def allreduce_rows(
+    system: Path, engine: str, release: str | None = None, fused: bool = True
+) -> list[FamilyRows]:
     """One family per GPU count: the engine's graph-mode custom all-reduce (engine release
-    ``release``'s table: :func:`custom_allreduce_dir`), NCCL above it."""
-    custom_dir = custom_allreduce_dir(system, engine, release)
+    ``release``'s table for a layout running it ``fused`` or not:
+    :func:`custom_allreduce_dir`), NCCL above it."""
+    custom_dir = custom_allreduce_dir(system, engine, release, fused)
     by_size, device = _nccl_by_size(system)
     if custom_dir is not None:
         table = custom_dir / "custom_allreduce_perf.parquet"
@@ -145,6 +163,18 @@ def allreduce_rows(system: Path, engine: str, release: str | None = None) -> lis
             device = device or str(r.get("device", ""))
     release_name = custom_dir.name if custom_dir is not None else ""
     return _collective_families(by_size, device, fm.allreduce_kernel, release_name)
+
+
+def unfused_allreduce_rows(system: Path, engine: str) -> dict[str, dict[str, FamilyRows]]:
+    """Per all-reduce family, by release, its rows from each table that only an un-fused
+    layout reads (:func:`unfused_versions`; that release's own table, NCCL above it):
+    the ``TableReleases.unfused_fits`` of ``twin calibrate --from aiconfigurator``."""
+    out: dict[str, dict[str, FamilyRows]] = {}
+    for version in sorted(unfused_versions(system, engine)):
+        for fam in allreduce_rows(system, engine, version, fused=False):
+            if fam.release == version:
+                out.setdefault(fam.kernel, {})[version] = fam
+    return out
 
 
 def nccl_allreduce_rows(system: Path) -> list[FamilyRows]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.calibration import module_floor
+from twin.calibration.aic_collectives import unfused_allreduce_rows
 from twin.calibration.aic_families import read_families, release_families
 from twin.calibration.aic_mla import module_rows
 from twin.calibration.aic_tables import (
@@ -326,23 +327,36 @@ def release_fits(
     keep: Profile | None = None,
 ) -> dict[str, TableReleases]:
     """Per measured family whose table differs by engine release
-    (``aic_families.release_families``), its fit from each other release's table; a fit
+    (``aic_families.release_families``), its fit from each other release's table, and
+    for an all-reduce family its fit from each table only an un-fused layout reads
+    (``aic_collectives.unfused_allreduce_rows``: ``TableReleases.unfused_fits``); a fit
     ``keep`` already holds for that family and release is kept as it is."""
     default, others = release_families(gpu, engine, root)
+    unfused = unfused_allreduce_rows(system_dir(gpu, root), engine)
     newest = {f.kernel for f in read_families(gpu, engine, root)}
     out: dict[str, TableReleases] = {}
-    # A family only older releases' tables have (no fit in ``kernels``) is kept too.
-    for kernel in [k for k in others if k in measured or k not in newest]:
-        kept = keep.table_releases.get(kernel) if keep is not None else None
+
+    def fitted(tables: dict[str, FamilyRows], kept: dict[str, KernelFit]) -> dict[str, KernelFit]:
         fits: dict[str, KernelFit] = {}
-        for version, fam in sorted(others[kernel].items()):
-            fit = kept.fits.get(version) if kept is not None else None
-            fit = fit or engine_fit(fam, gpu, engine, peaks, device, root, seed)
+        for version, fam in sorted(tables.items()):
+            fit = kept.get(version) or engine_fit(fam, gpu, engine, peaks, device, root, seed)
             if fit is not None:
                 fits[version] = fit
-        if fits:
+        return fits
+
+    # A family only older releases' tables have (no fit in ``kernels``) is kept too.
+    kernels = [k for k in others if k in measured or k not in newest]
+    kernels += [k for k in unfused if k in measured and k not in kernels]
+    for kernel in kernels:
+        kept = keep.table_releases.get(kernel) if keep is not None else None
+        fits = fitted(others.get(kernel, {}), kept.fits if kept is not None else {})
+        apart = fitted(unfused.get(kernel, {}), kept.unfused_fits if kept is not None else {})
+        if fits or apart:
             out[kernel] = TableReleases(
-                default=default[kernel], fits=fits, default_fit=kernel in newest
+                default=default[kernel],
+                fits=fits,
+                default_fit=kernel in newest,
+                unfused_fits=apart,
             )
     return out
 

@@ -890,6 +890,12 @@ def allreduce_kernel(n_gpus: int) -> str:
     return collective_kernel("allreduce", n_gpus)
 
 
+def is_allreduce_kernel(name: str) -> bool:
+    """Whether profile key ``name`` is an engine's all-reduce fit (:func:`allreduce_kernel`
+    of some GPU count; not NCCL's alone, :func:`nccl_allreduce_kernel`)."""
+    return re.fullmatch(r"allreduce_\d+gpu", name) is not None
+
+
 def collective_kernel(op: str, n_gpus: int) -> str:
     """The profile key of collective ``op``'s fit (``allreduce``, ``allgather``,
     ``reducescatter``) for ``n_gpus`` GPUs."""

@@ -24,7 +24,11 @@ Schema::
 profile from NVIDIA's tables, ``twin calibrate --from aiconfigurator``) holds each
 family's fit from the other releases' tables; ``kernels`` holds the ``default``
 release's (the newest). :meth:`Profile.at_release` prices a release
-(``twin.costmodel.table_release``).
+(``twin.costmodel.table_release``). An all-reduce family may also hold, under the key
+``unfused_fits`` (never under ``fits``), the fits of tables that time the un-fused op's
+own algorithm picks (``twin.calibration.aic_collectives.UNFUSED_TWOSHOT_TABLES``): only
+a layout running its all-reduces un-fused reads them
+(:meth:`Profile.with_unfused_allreduce`); ``fits`` and ``kernels`` price every layout.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from twin.costmodel.formulas import (
     KernelFormula,
     check_params,
     get_formula,
+    is_allreduce_kernel,
     line_params,
 )
 from twin.costmodel.moe_layout import group_tied_table
@@ -57,6 +62,9 @@ from twin.errors import TwinError
 from twin.limits import check_json_depth
 
 SCHEMA_VERSION = 1
+# ``TableReleases.unfused_fits``' JSON key: a key of its own, so a reader of ``fits``
+# never takes an un-fused table for one every layout runs.
+UNFUSED_FITS_KEY = "unfused_fits"
 # ``mixed``: the families come from different places; each fit says where.
 SOURCES = ("measured", "datasheet", "transferred", "mixed")
 
@@ -241,18 +249,28 @@ class TableReleases:
     # family, so ``kernels`` has no entry for it and only ``fits``' releases price it
     # (SGLang's MLA module tables, collected up to 0.5.10: ``calibration.aic_mla``).
     default_fit: bool = True
+    # An all-reduce family's fits, by release, from tables that time the op un-fused
+    # where the engine's fused op runs another algorithm
+    # (``calibration.aic_collectives.UNFUSED_TWOSHOT_TABLES``): read only for a layout
+    # whose all-reduces run un-fused (:meth:`Profile.with_unfused_allreduce`), never by
+    # :meth:`Profile.at_release`. Written under the JSON key ``unfused_fits`` (absent
+    # when empty), so a reader of ``fits`` alone never prices a release with them.
+    unfused_fits: dict[str, KernelFit] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"default": self.default}
         if not self.default_fit:
             out["default_fit"] = False
         out["fits"] = {k: f.to_dict() for k, f in self.fits.items()}
+        if self.unfused_fits:
+            out[UNFUSED_FITS_KEY] = {k: f.to_dict() for k, f in self.unfused_fits.items()}
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> TableReleases:
         _object(data, where)
         fits = _object(data.get("fits"), f"{where}.fits")
+        unfused = _object(data.get(UNFUSED_FITS_KEY) or {}, f"{where}.{UNFUSED_FITS_KEY}")
         default_fit = data.get("default_fit", True)
         if not isinstance(default_fit, bool):
             raise TwinError(f"{where}.default_fit: must be true or false (got {default_fit!r})")
@@ -260,6 +278,10 @@ class TableReleases:
             default=_text(data.get("default"), f"{where}.default"),
             fits={k: KernelFit.from_dict(v, f"{where}.fits.{k}") for k, v in fits.items()},
             default_fit=default_fit,
+            unfused_fits={
+                k: KernelFit.from_dict(v, f"{where}.{UNFUSED_FITS_KEY}.{k}")
+                for k, v in unfused.items()
+            },
         )
 
 
@@ -304,7 +326,18 @@ class Profile:
                 raise TwinError(
                     f"profile {self.gpu!r}: table_releases.{name}: no kernel {name!r} to vary"
                 )
-            fits += [(name, f) for f in rel.fits.values()]
+            fits += [(name, f) for f in [*rel.fits.values(), *rel.unfused_fits.values()]]
+            if rel.unfused_fits and not is_allreduce_kernel(name):
+                raise TwinError(
+                    f"profile {self.gpu!r}: table_releases.{name}.{UNFUSED_FITS_KEY}: only "
+                    "an all-reduce family has un-fused fits"
+                )
+            shared = sorted(set(rel.unfused_fits) & {*rel.fits, rel.default})
+            if shared:
+                raise TwinError(
+                    f"profile {self.gpu!r}: table_releases.{name}.{UNFUSED_FITS_KEY}: "
+                    f"release {shared[0]} is a table every layout reads too"
+                )
         for name, fit in fits:
             formula = get_formula(name)
             _upgrade(fit, formula)
@@ -344,7 +377,9 @@ class Profile:
                     v, f"layer_overhead.seconds.{kind}", 0.0, MAX_OVERHEAD_S, "s", low_open=False
                 )
 
-    def table_picks(self, release: str | None, group_limited: bool = False) -> dict[str, str]:
+    def table_picks(
+        self, release: str | None, group_limited: bool = False, unfused_allreduce: bool = False
+    ) -> dict[str, str]:
         """Per kernel family whose table differs by engine release, the release of the
         table that prices ``release`` (:func:`~twin.costmodel.table_release.pick_version`:
         the newest at or before it, among the tables timing the kernel the release runs
@@ -354,18 +389,26 @@ class Profile:
         timed at the collectors' group tie are passed over where one of the same kernel
         is not (:func:`~twin.costmodel.moe_layout.group_tied_table`), release empty too.
         A family whose default release has no table of it (``TableReleases.default_fit``)
-        is left out where that default is picked."""
+        is left out where that default is picked. ``unfused_allreduce`` (a layout running
+        its all-reduces un-fused): the all-reduce families pick among their
+        ``TableReleases.unfused_fits`` too (:meth:`with_unfused_allreduce`)."""
         picks = {}
         for name, rel in self.table_releases.items():
             untie = group_limited and name in MOE_VARIANTS
-            chosen = self._pick(name, rel, release, untie) if release or untie else None
+            unfused = unfused_allreduce and bool(rel.unfused_fits)
+            chosen = self._pick(name, rel, release, untie, unfused) if release or untie else None
             chosen = chosen or rel.default
             if chosen != rel.default or rel.default_fit:  # a family it has no table of: none
                 picks[name] = chosen
         return picks
 
     def _pick(
-        self, name: str, rel: TableReleases, release: str | None, untie: bool = False
+        self,
+        name: str,
+        rel: TableReleases,
+        release: str | None,
+        untie: bool = False,
+        unfused: bool = False,
     ) -> str | None:
         """The table of family ``name`` that prices ``release``: the rule of
         :func:`~twin.costmodel.table_release.pick_for_kernel` over each table's kernel
@@ -373,8 +416,9 @@ class Profile:
         and the kernel the release runs on this GPU
         (:func:`~twin.costmodel.engine_kernels.release_kernel`; the engine is the fits'
         ``framework``). ``untie``: where that table was timed at the group tie, the same rule
-        among the tables of its ``kernel_source`` that were not, if any."""
-        fits = dict(rel.fits)
+        among the tables of its ``kernel_source`` that were not, if any. ``unfused``: the
+        un-fused op's tables (``TableReleases.unfused_fits``) are among the candidates."""
+        fits = {**rel.fits, **(rel.unfused_fits if unfused else {})}
         if rel.default_fit and name in self.kernels:
             fits[rel.default] = self.kernels[name]
         engine = next((str(f.provenance.get("framework", "")) for f in fits.values()), "")
@@ -402,6 +446,27 @@ class Profile:
         for name, chosen in self.table_picks(release, group_limited).items():
             if chosen != self.table_releases[name].default:
                 kernels[name] = self.table_releases[name].fits[chosen]
+        return replace(self, kernels=kernels)
+
+    def with_unfused_allreduce(self, release: str | None) -> Profile:
+        """This profile (as :meth:`at_release` left it) for a layout whose all-reduces
+        run un-fused (no norm inside them: ``KernelLayout.norm_in_allreduce`` false), at
+        engine release ``release``: each all-reduce family with un-fused fits
+        (``TableReleases.unfused_fits``) takes the table :meth:`table_picks` picks with
+        them among the candidates where that is one of them; every other family, and
+        every family where the pick is a table :meth:`at_release` reads too, as it is
+        (the pick over more tables that lands on one of the fewer is that one's pick:
+        the newest at or before ``release``, else the oldest). Itself when nothing
+        changes (no release, or no un-fused fits)."""
+        if not release or not any(r.unfused_fits for r in self.table_releases.values()):
+            return self
+        kernels = dict(self.kernels)
+        for name, chosen in self.table_picks(release, unfused_allreduce=True).items():
+            rel = self.table_releases[name]
+            if chosen in rel.unfused_fits:
+                kernels[name] = rel.unfused_fits[chosen]
+        if kernels == self.kernels:
+            return self
         return replace(self, kernels=kernels)
 
     def with_marlin_experts(self, family: str) -> Profile:

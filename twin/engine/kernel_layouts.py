@@ -313,7 +313,7 @@ def sglang_kernel_layout(
 # TensorRT-LLM runs each layer's residual add + RMSNorm inside its tensor-parallel
 # all-reduces (``AllReduceFusionOp.RESIDUAL_RMS_NORM``; for an NVFP4 Llama
 # ``RESIDUAL_RMS_NORM_QUANT_NVFP4``, which writes the next GEMM's quantised input too)
-# for two of the collection's models, read in NVIDIA/TensorRT-LLM's 1.x PyTorch flow:
+# for three of the collection's models, read in NVIDIA/TensorRT-LLM's 1.x PyTorch flow:
 # - Llama (``tensorrt_llm/_torch/models/modeling_llama.py`` ``LlamaDecoderLayer``, at
 #   3a5901cd): ``PRE_MLP_FUSION`` / ``POST_MLP_FUSION`` where the mapping has TP, no
 #   attention DP and ``hidden_size > 4096`` ("Disable fusion for small models due to
@@ -321,19 +321,39 @@ def sglang_kernel_layout(
 # - gpt-oss (``modeling_gpt_oss.py`` ``TransformerBlock.forward_tp``, at 050b6cb9):
 #   whenever ``mapping.has_tp() and not enable_attention_dp``, the post-attention norm
 #   and the next layer's ``input_layernorm`` ride on the two all-reduces.
+# - Qwen3-MoE (``modeling_qwen3_moe.py`` ``Qwen3MoEDecoderLayer``, stored at 03441af1):
+#   ``enable_fusion`` (``TRTLLM_QWEN3_EAGER_FUSION_DISABLED`` unset, "0") and not attention
+#   DP; ``PRE_MOE_FUSION = enable_fusion and has_tp``, ``POST_MOE_FUSION`` the same without
+#   PP: the post-attention norm and the next layer's ``input_layernorm`` ride on the
+#   attention's and the experts' all-reduces (``RESIDUAL_RMS_NORM``). Since when: the same
+#   block, line for line, stands outside the conflict markers of a fork's unresolved merge
+#   of upstream 1.1.0rc6 into a tree whose ``tensorrt_llm/version.py`` reads 0.20.0
+#   (Ataraksia/TensorRT-LLM at a451bf93: both sides carry it), and in the development
+#   state of NVIDIA/TensorRT-LLM pull request 4530 (opened 2025-05-21; rosenrodt/
+#   TensorRT-LLM at 0780ce14). So every release from 0.20.0 on fuses, before 1.0.0rc3 and
+#   1.1.0rc2 (the H100 / H200 rows' releases); an older release is not read and keeps its
+#   norms apart here (issue 31, helper trtar39). The pull request that added the block
+#   was not found.
 # Qwen3 (``modeling_qwen3.py`` ``Qwen3DecoderLayer``, at 5dedf53b) runs its norms apart.
 # Priced by ``twin.costmodel.dense_pricing.DensePricing._norm_in_allreduce``.
 TRTLLM_LLAMA_FUSION_MIN_HIDDEN = 4096
+TRTLLM_QWEN3_MOE_FUSION_BY = "0.20.0"
 
 
-def trtllm_norm_in_allreduce(model: ModelSpec, tp: int, dp: int) -> tuple[bool, bool]:
-    """(whether TensorRT-LLM runs ``model``'s norms inside its all-reduces on ``tp`` GPUs
-    with ``dp`` attention-DP ranks, whether those also quantise the next GEMM's input:
-    Llama's NVFP4 op) by the rules above."""
+def trtllm_norm_in_allreduce(
+    model: ModelSpec, tp: int, dp: int, build: str = ""
+) -> tuple[bool, bool]:
+    """(whether TensorRT-LLM ``build`` runs ``model``'s norms inside its all-reduces on
+    ``tp`` GPUs with ``dp`` attention-DP ranks, whether those also quantise the next GEMM's
+    input: Llama's NVFP4 op) by the rules above. ``build`` a release (a build that is no
+    version number, "" among them, is the newest)."""
     if tp <= 1 or dp > 1:
         return False, False
     if _named(model, "gpt-oss"):
         return True, False
+    if _qwen3_architecture(model) and model.n_moe_layers:
+        known = version_key(build) is None or release_at_least(build, TRTLLM_QWEN3_MOE_FUSION_BY)
+        return known, False
     if not _named(model, "llama-3"):
         return False, False
     fused = model.d_model > TRTLLM_LLAMA_FUSION_MIN_HIDDEN
@@ -381,7 +401,7 @@ def trtllm_kernel_layout(
     (``twin.costmodel.gather_scatter``, which cites the modules and the releases'
     all-to-all selection) and its dense MLP layers and shared expert run on each rank's
     own tokens, exchanging none (above)."""
-    fused, quantised = trtllm_norm_in_allreduce(model, tp, dp)
+    fused, quantised = trtllm_norm_in_allreduce(model, tp, dp, build)
     qk = trtllm_qk_norm_rope_pass(model)
     gather = dp > 1
     stream = TRTLLM_CUDA_GRAPH_MAX_BATCH if trtllm_shared_expert_stream(model, dp) else 0

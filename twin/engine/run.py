@@ -238,8 +238,17 @@ class Run:
             **px.info(self.model),
             # Which engine release's kernel tables priced the steps, and per family whose
             # table differs by release the table read; absent without a release (newest).
-            **_tables_info(p, self.config.mode.kernel_tables),
+            **_tables_info(p, self.config.mode.kernel_tables, self._unfused_allreduce()),
         }
+
+    def _unfused_allreduce(self) -> bool:
+        """Whether the run's layout runs its all-reduces un-fused (its kernel tables'
+        picks: ``twin.engine.run_pricing.allreduce_profile``)."""
+        from twin.engine.run_pricing import kernel_layout_of
+
+        if not self.config.mode.kernel_tables:
+            return False
+        return not kernel_layout_of(self.model, self.config, self.profile.gpu).norm_in_allreduce
 
     def horizon_s(self) -> float:
         """Simulated seconds the run is expected to span (a progress bar's total)."""
@@ -501,12 +510,14 @@ def build_run(workload: str | Path | Workload, **args: Unpack[RunArgs]) -> Run:
     return Run(wl, spec, prof, run_pricer(spec, prof, config), config, decode)
 
 
-def _tables_info(profile: Any, release: str) -> dict[str, Any]:
+def _tables_info(profile: Any, release: str, unfused_allreduce: bool = False) -> dict[str, Any]:
     """The summary's ``kernel_tables``: the engine release asked for and, per kernel family
-    whose table differs by release, the release of the table that priced it."""
+    whose table differs by release, the release of the table that priced it (a layout
+    running its all-reduces ``unfused_allreduce``: ``run_pricing.allreduce_profile``)."""
     if not release:
         return {}
-    return {"kernel_tables": {"release": release, "families": profile.table_picks(release)}}
+    picks = profile.table_picks(release, unfused_allreduce=unfused_allreduce)
+    return {"kernel_tables": {"release": release, "families": picks}}
 
 
 def _decode_pool(

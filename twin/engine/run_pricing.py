@@ -173,11 +173,23 @@ def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str) -> Kernel
     return layout
 
 
+def allreduce_profile(profile: Any, layout: KernelLayout, config: EngineConfig) -> Any:
+    """``profile`` (at the run's kernel tables' release, ``Profile.at_release``) with the
+    all-reduce fits ``layout`` runs: a layout whose all-reduces run un-fused (no norm
+    inside them, ``KernelLayout.norm_in_allreduce`` false) reads the tables that time the
+    un-fused op's own picks too (``Profile.with_unfused_allreduce``;
+    ``twin.calibration.aic_collectives.UNFUSED_TWOSHOT_TABLES``), a fused one does not."""
+    if layout.norm_in_allreduce or not isinstance(profile, Profile):
+        return profile
+    return profile.with_unfused_allreduce(config.mode.kernel_tables or None)
+
+
 def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times,
     its kernels laid out as the engine build lays them out (:func:`kernel_layout_of`)."""
     c, h = config.cluster, config.host_time
     layout = kernel_layout_of(model, config, profile.gpu)
+    profile = allreduce_profile(profile, layout, config)
     overlap = _async_scheduling(config)
     absorb = 0
     if config.mode.speculative:
