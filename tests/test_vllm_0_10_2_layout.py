@@ -64,15 +64,22 @@ def test_hopper_tp8_runs_nccl_from_256_kib() -> None:
 
 
 def test_static_fp8_takes_the_dynamic_quant_floor_off() -> None:
+    """The fused static scale takes off, per GEMM, the table's quantisation launch (the floor
+    gap) and its pass (vllmq39: the dynamic per-token pass's bytes at the fixed rate)."""
     fp8 = dataclasses.replace(get_model("llama-3.1-70b"), precision="fp8")
     profile = load_profile("h200", "vllm")
-    gap = profile.kernels["gemm_fp8"].params["t0_s"] - profile.kernels["gemm"].params["t0_s"]
-    assert gap > 0
+    fit = profile.kernels["gemm_fp8"].params
+    gap = fit["t0_s"] - profile.kernels["gemm"].params["t0_s"]
+    assert gap > 0 and fit["c_act_quant_bytes"] > 0
     a = CostModel(fp8, profile, 1, kernel_layout=STATIC).decode([2048] * 4, breakdown=True)
     b = CostModel(fp8, profile, 1).decode([2048] * 4, breakdown=True)
     gemms = sum(b.items[k]["gemm"] - a.items[k]["gemm"] for k in b.items if "gemm" in b.items[k])
     launches = 4 * fp8.n_attention_layers  # qkv, o_proj, gate_up, down a layer
-    assert gemms == pytest.approx(launches * gap, rel=1e-6)
+    d = fp8.d_model  # the inputs of qkv, gate_up (d) and o (heads x head_dim), down (d_ff)
+    inputs = (d, d, fp8.n_heads * fp8.head_dim, fp8.mlp_d_ff)
+    dyn = ft.act_quant_scheme(ft.VLLM_CUTLASS_FP8_SOURCE)
+    passes = fp8.n_attention_layers * sum(ft.act_quant_bytes(4, k, 2, dyn) for k in inputs)
+    assert gemms == pytest.approx(launches * gap + passes * fit["c_act_quant_bytes"], rel=1e-6)
     bf16 = get_model("llama-3.1-70b")  # a bf16 model's GEMMs are untouched
     assert CostModel(bf16, profile, 1, kernel_layout=STATIC).decode([2048] * 4) == CostModel(
         bf16, profile, 1
