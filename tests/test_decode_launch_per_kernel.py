@@ -181,3 +181,26 @@ def test_the_xqa_coefficient_is_named_and_an_old_file_prices_identically(tmp_pat
     assert "c_xqa_ctas" in saved["kernels"]["attn_decode"]["params"]
     shipped = json.loads((PROFILES / "h100-trtllm.json").read_text())
     assert saved["kernels"]["attn_decode"]["params"] == shipped["kernels"]["attn_decode"]["params"]
+
+
+def test_the_compiled_step_takes_flashinfers_128_row_tile_above_a_group_of_64() -> None:
+    """``compiled._attention_s`` repeats ``flashinfer_cta_tile_q`` in integers: at a group of
+    96 (one 128-row tile a KV head, where a 64-row tile would launch two) the compiled step, the
+    decode runs and the step agree on b200-sglang across a wave's edge (review39: at a group of
+    64 or less every tile holds the group, so no other test tells the tiles apart)."""
+    from dataclasses import replace
+
+    from twin.costmodel import CostModel
+    from twin.costmodel.profile_store import resolve_profile
+    from twin.presets import get_model
+
+    prof = resolve_profile("b200", None, "sglang")
+    model = replace(get_model("llama-3-8b"), n_heads=96, n_kv_heads=1, head_dim=128)
+    plain = CostModel(model, prof)
+    compiled = CostModel(model, prof)
+    assert compiled.compile_steps()
+    assert ft.flashinfer_decode_waves(297, 96, 1, 128, B200_SMS) == 256.0  # 297 CTAs: 2 waves
+    for batch, context in ((1, 100), (296, 296 * 500), (297, 297 * 500), (600, 600 * 300)):
+        want = plain.step_spread((), batch, context)
+        assert compiled.step_spread((), batch, context) == want, (batch, context)
+        assert plain.decode_steps_s(batch, [context])[0] == want
