@@ -10,6 +10,7 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
@@ -145,12 +146,48 @@ def test_a_flashinfer_serving_step_prices_its_grid_in_every_path() -> None:
     assert fn(flops, nbytes, ex) > 0
 
 
-def _merge_stage_xqa_fit() -> dict[str, object]:
-    """h100-trtllm's ``attn_decode`` fit as written before the rename (``c_waves_d``)."""
+def _merge_stage_xqa_fit(coefficient: str = "c_waves_d") -> dict[str, object]:
+    """h100-trtllm's ``attn_decode`` fit as written before the rename (``c_waves_d``; with
+    ``c_xqa_ctas``: as attnfix39 wrote it), under the slot's model name."""
     data = json.loads((PROFILES / "h100-trtllm.json").read_text())
     fit = data["kernels"]["attn_decode"]
-    fit["params"] = {("c_waves_d" if k == "c_xqa_ctas" else k): v for k, v in fit["params"].items()}
+    fit["params"] = {(coefficient if k == "c_xqa_ctas" else k): v for k, v in fit["params"].items()}
+    fit["model"] = "roofline+score_elems+tiles+waves_d"
     return data
+
+
+def test_the_xqa_fits_model_name_says_what_its_coefficient_prices(tmp_path: Path) -> None:
+    """The XQA fit's model name carries its coefficient's name
+    (``KernelFormula.model_name_of``, review39): the shipped files say
+    ``roofline+score_elems+tiles+xqa_ctas``; a file of either earlier form (``+waves_d`` with
+    ``c_waves_d``, before attnfix39, or with ``c_xqa_ctas``, attnfix39's) loads to the same fit
+    and saves with the new name; the FA3 / FlashInfer / unread fits keep ``+waves_d``; a stale
+    name is still refused."""
+    from twin.costmodel import formulas as fm
+    from twin.errors import TwinError
+
+    xqa = "roofline+score_elems+tiles+xqa_ctas"
+    shipped = json.loads((PROFILES / "h100-trtllm.json").read_text())["kernels"]
+    assert shipped["attn_decode"]["model"] == xqa
+    assert shipped["attn_decode_fp8kv"]["model"] == fm.get_formula("attn_decode").model_name
+    new = Profile.load(PROFILES / "h100-trtllm.json")
+    assert new.kernels["attn_decode"].model == xqa
+    assert Profile.load(PROFILES / "b200-sglang.json").kernels["attn_decode"].model == (
+        "roofline+score_elems+tiles+waves_d"
+    )
+    for coefficient in ("c_waves_d", "c_xqa_ctas"):
+        path = tmp_path / f"{coefficient}.json"
+        path.write_text(json.dumps(_merge_stage_xqa_fit(coefficient)))
+        old = Profile.load(path)
+        assert old.kernels["attn_decode"].model == xqa
+        assert old.kernels["attn_decode"].params == new.kernels["attn_decode"].params
+        saved = json.loads(old.save(tmp_path / "again.json").read_text())
+        assert saved["kernels"]["attn_decode"]["model"] == xqa
+    stale = _merge_stage_xqa_fit()
+    stale["kernels"]["attn_decode"]["model"] = "roofline+score_elems+tiles+ctas"  # type: ignore[index]
+    (tmp_path / "stale.json").write_text(json.dumps(stale))
+    with pytest.raises(TwinError, match="is not this version's"):
+        Profile.load(tmp_path / "stale.json")
 
 
 def test_the_xqa_coefficient_is_named_and_an_old_file_prices_identically(tmp_path: Path) -> None:
