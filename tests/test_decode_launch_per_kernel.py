@@ -10,6 +10,7 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
@@ -145,12 +146,48 @@ def test_a_flashinfer_serving_step_prices_its_grid_in_every_path() -> None:
     assert fn(flops, nbytes, ex) > 0
 
 
-def _merge_stage_xqa_fit() -> dict[str, object]:
-    """h100-trtllm's ``attn_decode`` fit as written before the rename (``c_waves_d``)."""
+def _merge_stage_xqa_fit(coefficient: str = "c_waves_d") -> dict[str, object]:
+    """h100-trtllm's ``attn_decode`` fit as written before the rename (``c_waves_d``; with
+    ``c_xqa_ctas``: as attnfix39 wrote it), under the slot's model name."""
     data = json.loads((PROFILES / "h100-trtllm.json").read_text())
     fit = data["kernels"]["attn_decode"]
-    fit["params"] = {("c_waves_d" if k == "c_xqa_ctas" else k): v for k, v in fit["params"].items()}
+    fit["params"] = {(coefficient if k == "c_xqa_ctas" else k): v for k, v in fit["params"].items()}
+    fit["model"] = "roofline+score_elems+tiles+waves_d"
     return data
+
+
+def test_the_xqa_fits_model_name_says_what_its_coefficient_prices(tmp_path: Path) -> None:
+    """The XQA fit's model name carries its coefficient's name
+    (``KernelFormula.model_name_of``, review39): the shipped files say
+    ``roofline+score_elems+tiles+xqa_ctas``; a file of either earlier form (``+waves_d`` with
+    ``c_waves_d``, before attnfix39, or with ``c_xqa_ctas``, attnfix39's) loads to the same fit
+    and saves with the new name; the FA3 / FlashInfer / unread fits keep ``+waves_d``; a stale
+    name is still refused."""
+    from twin.costmodel import formulas as fm
+    from twin.errors import TwinError
+
+    xqa = "roofline+score_elems+tiles+xqa_ctas"
+    shipped = json.loads((PROFILES / "h100-trtllm.json").read_text())["kernels"]
+    assert shipped["attn_decode"]["model"] == xqa
+    assert shipped["attn_decode_fp8kv"]["model"] == fm.get_formula("attn_decode").model_name
+    new = Profile.load(PROFILES / "h100-trtllm.json")
+    assert new.kernels["attn_decode"].model == xqa
+    assert Profile.load(PROFILES / "b200-sglang.json").kernels["attn_decode"].model == (
+        "roofline+score_elems+tiles+waves_d"
+    )
+    for coefficient in ("c_waves_d", "c_xqa_ctas"):
+        path = tmp_path / f"{coefficient}.json"
+        path.write_text(json.dumps(_merge_stage_xqa_fit(coefficient)))
+        old = Profile.load(path)
+        assert old.kernels["attn_decode"].model == xqa
+        assert old.kernels["attn_decode"].params == new.kernels["attn_decode"].params
+        saved = json.loads(old.save(tmp_path / "again.json").read_text())
+        assert saved["kernels"]["attn_decode"]["model"] == xqa
+    stale = _merge_stage_xqa_fit()
+    stale["kernels"]["attn_decode"]["model"] = "roofline+score_elems+tiles+ctas"  # type: ignore[index]
+    (tmp_path / "stale.json").write_text(json.dumps(stale))
+    with pytest.raises(TwinError, match="is not this version's"):
+        Profile.load(tmp_path / "stale.json")
 
 
 def test_the_xqa_coefficient_is_named_and_an_old_file_prices_identically(tmp_path: Path) -> None:
@@ -181,3 +218,26 @@ def test_the_xqa_coefficient_is_named_and_an_old_file_prices_identically(tmp_pat
     assert "c_xqa_ctas" in saved["kernels"]["attn_decode"]["params"]
     shipped = json.loads((PROFILES / "h100-trtllm.json").read_text())
     assert saved["kernels"]["attn_decode"]["params"] == shipped["kernels"]["attn_decode"]["params"]
+
+
+def test_the_compiled_step_takes_flashinfers_128_row_tile_above_a_group_of_64() -> None:
+    """``compiled._attention_s`` repeats ``flashinfer_cta_tile_q`` in integers: at a group of
+    96 (one 128-row tile a KV head, where a 64-row tile would launch two) the compiled step, the
+    decode runs and the step agree on b200-sglang across a wave's edge (review39: at a group of
+    64 or less every tile holds the group, so no other test tells the tiles apart)."""
+    from dataclasses import replace
+
+    from twin.costmodel import CostModel
+    from twin.costmodel.profile_store import resolve_profile
+    from twin.presets import get_model
+
+    prof = resolve_profile("b200", None, "sglang")
+    model = replace(get_model("llama-3-8b"), n_heads=96, n_kv_heads=1, head_dim=128)
+    plain = CostModel(model, prof)
+    compiled = CostModel(model, prof)
+    assert compiled.compile_steps()
+    assert ft.flashinfer_decode_waves(297, 96, 1, 128, B200_SMS) == 256.0  # 297 CTAs: 2 waves
+    for batch, context in ((1, 100), (296, 296 * 500), (297, 297 * 500), (600, 600 * 300)):
+        want = plain.step_spread((), batch, context)
+        assert compiled.step_spread((), batch, context) == want, (batch, context)
+        assert plain.decode_steps_s(batch, [context])[0] == want

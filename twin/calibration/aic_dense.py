@@ -112,10 +112,11 @@ def gemm_rows(
 # dynamic). vLLM's collector times a dynamic scale too (``collector/vllm/collect_gemm.py``
 # ``Fp8Config(activation_scheme="dynamic")`` since ai-dynamo/aiconfigurator f027123fc,
 # and at d5bad971c, the 0.24.0 collection of the tables; "static" before), but its rows
-# are kept as measured: the dynamic per-tensor quantisation each call runs (an amax
-# reduction, then the quantisation kernel) is the family's ``act_quant_bytes`` feature at
-# a fixed physical rate (``ft.act_quant_scheme``, ``ft.act_quant_s``), which serving
-# drops for a static checkpoint whose quantisation vLLM's compile fuses
+# are kept as measured: the dynamic per-token quantisation each call runs (one
+# ``dynamic_per_token_scaled_fp8_quant`` kernel before the GEMM, vLLM's ``Fp8LinearMethod``
+# ``kFp8DynamicTokenSym``) is the family's ``act_quant_bytes`` feature at a fixed physical
+# rate (``ft.act_quant_scheme``, ``ft.act_quant_bytes``, ``formulas.GEMM_FP8_FIXED``), which
+# serving drops for a static checkpoint whose quantisation vLLM's compile fuses
 # (``DensePricing``, ``KernelLayout.fp8_static_activation``); the ``quantize/vllm``
 # tables are not read.
 DYNAMIC_FP8_GEMMS = ("trtllm",)

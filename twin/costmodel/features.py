@@ -355,8 +355,17 @@ def attn_decode_waves_d(
     if not sms or batch <= 0:
         return 0.0
     blocks = -(-(heads // kv_heads) // DECODE_PACKED_ROWS)
-    ctas = int(batch) * kv_heads * blocks
-    return float(-(-ctas // sms) * head_dim)
+    return decode_grid_waves(batch, kv_heads, blocks, 1, sms, head_dim)
+
+
+def decode_grid_waves(
+    batch: float, kv_heads: int, row_blocks: int, ctas_per_sm: int, sms: int, head_dim: int
+) -> float:
+    """The one rule of the unsplit decode grids (FA3 / FA2's, FlashInfer's): one CTA per
+    (sequence, KV head, block of packed query rows), ``row_blocks`` blocks a KV head, in waves
+    of ``ctas_per_sm x sms`` resident CTAs, times the head dim."""
+    ctas = int(batch) * kv_heads * row_blocks
+    return float(-(-ctas // (ctas_per_sm * sms)) * head_dim)
 
 
 def flashinfer_cta_tile_q(group: int) -> int:
@@ -375,8 +384,8 @@ def flashinfer_decode_waves(
     if not sms or batch <= 0:
         return 0.0
     group = heads // kv_heads
-    ctas = int(batch) * kv_heads * -(-group // flashinfer_cta_tile_q(group))
-    return float(-(-ctas // (FLASHINFER_BLOCKS_PER_SM * sms)) * head_dim)
+    blocks = -(-group // flashinfer_cta_tile_q(group))
+    return decode_grid_waves(batch, kv_heads, blocks, FLASHINFER_BLOCKS_PER_SM, sms, head_dim)
 
 
 # TensorRT-LLM's decode attention on Hopper is two kernels (docs/decisions.md, "the XQA /
@@ -595,6 +604,7 @@ __all__ = [
     "attn_prefill_features",
     "attn_prefill_sums",
     "copy_features",
+    "decode_grid_waves",
     "decode_launch_rule",
     "elementwise_features",
     "flashinfer_cta_tile_q",

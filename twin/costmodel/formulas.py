@@ -100,7 +100,8 @@ class KernelFormula:
     # Coefficients a fit may carry under another name, ``(formula's name, fit's name)``: the
     # attention decode families' third, which prices what the fit's launch rule counts
     # (``features.launch_coefficient``: ``c_xqa_ctas`` on TensorRT-LLM Hopper's XQA fits).
-    # Read by position: ``coefficient`` / ``params_of``.
+    # Read by position: ``coefficient`` / ``params_of``; the fit's model name carries the
+    # name too (``model_name_of``).
     aliases: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
@@ -110,13 +111,29 @@ class KernelFormula:
             raise ValueError(f"{self.kernel}: several lines only for a plain byte-only formula")
         if any(x not in self.serial for x, _ in self.fixed_rates):
             raise ValueError(f"{self.kernel}: a fixed rate only for a serial feature")
+        if any(not name.startswith("c_") for pair in self.aliases for name in pair):
+            raise ValueError(f"{self.kernel}: an alias only of an extra's coefficient")
 
     @property
     def model_name(self) -> str:
-        """Formula name stored in a profile."""
+        """Formula name stored in a profile (a fit whose coefficient carries its alias:
+        :meth:`model_name_of`)."""
+        return self._model_name(self.features)
+
+    def model_name_of(self, params: dict[str, Any]) -> str:
+        """``model_name`` as fit ``params`` name their coefficients: an aliased extra under
+        the name the fit carries (``aliases``: an XQA fit's ``c_xqa_ctas`` makes it
+        ``roofline+score_elems+tiles+xqa_ctas``), so the name says what each coefficient
+        prices."""
+        alias = self._aliased(params)
+        return self._model_name(
+            tuple(alias.get(f"c_{x}", f"c_{x}").removeprefix("c_") for x in self.features)
+        )
+
+    def _model_name(self, features: tuple[str, ...]) -> str:
         plain = "roofline" if self.uses_flops else "bandwidth"
         base = self.base or (plain if self.lines == 1 else f"min{self.lines}_{plain}")
-        return "+".join((base, *self.extras, *self.serial, *((FLOOR,) if self.floor else ())))
+        return "+".join((base, *features, *((FLOOR,) if self.floor else ())))
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -138,8 +155,12 @@ class KernelFormula:
     def params_of(self, params: dict[str, Any]) -> tuple[str, ...]:
         """``param_names`` as fit ``params`` names them: an aliased coefficient under the
         name the fit carries (``aliases``)."""
-        alias = {a: b for a, b in self.aliases if b in params and a not in params}
+        alias = self._aliased(params)
         return tuple(alias.get(n, n) for n in self.param_names)
+
+    def _aliased(self, params: dict[str, Any]) -> dict[str, str]:
+        """The formula's coefficient names that ``params`` carry under their alias."""
+        return {a: b for a, b in self.aliases if b in params and a not in params}
 
     def coefficient(self, params: dict[str, Any], feature: str) -> float:
         """Extra ``feature``'s coefficient in fit ``params``, under its own name or its

@@ -342,10 +342,10 @@ class Profile:
             formula = get_formula(name)
             _upgrade(fit, formula)
             _name_launch_coefficient(name, fit, formula)
-            if fit.model != formula.model_name:
+            if fit.model != formula.model_name_of(fit.params):
                 raise TwinError(
                     f"profile {self.gpu!r}, kernel {name!r}: model {fit.model!r} "
-                    f"is not this version's {formula.model_name!r}"
+                    f"is not this version's {formula.model_name_of(fit.params)!r}"
                 )
             try:
                 check_fit(name, fit, formula.params_of(fit.params))
@@ -664,8 +664,9 @@ def _upgrade(fit: KernelFit, formula: KernelFormula) -> None:
     """Read a fit written before its formula gained extra features: the new features
     get a zero coefficient, a new floor (``KernelFormula.floor``) a zero floor, and a
     one-line fit of a formula that now has several lines that line repeated, so the fit
-    predicts exactly what it did."""
-    current = formula.model_name
+    predicts exactly what it did. The names are as the fit names its coefficients
+    (``KernelFormula.model_name_of``)."""
+    current = formula.model_name_of(fit.params)
     old, new = fit.model.split("+"), current.split("+")
     if formula.lines > 1 and old == ["bandwidth"]:
         # One line written before the formula had several (``KernelFormula.lines``): every
@@ -688,7 +689,9 @@ def _name_launch_coefficient(name: str, fit: KernelFit, formula: KernelFormula) 
     third) under the name its launch rule gives it (``features.launch_coefficient`` of
     ``features.decode_launch_rule`` of the fit's ``provenance``): a TensorRT-LLM Hopper XQA
     fit written with ``c_waves_d`` reads as ``c_xqa_ctas``, at the same value and position
-    (the same prices)."""
+    (the same prices), and its model name says so (``KernelFormula.model_name_of``:
+    ``...+xqa_ctas``; a fit named for either naming of this formula is renamed, any other
+    name is left for the check to refuse)."""
     if not formula.aliases:
         return
     src = fit.provenance or {}
@@ -699,10 +702,16 @@ def _name_launch_coefficient(name: str, fit: KernelFit, formula: KernelFormula) 
         str(src.get("kernel_source", "")),
     )
     want = ft.launch_coefficient(rule)
+    # The names this formula's fit may carry now: the slot's (the name every fit of the
+    # family had before session 39's review; a fit saved since attnfix39 carries it with
+    # ``c_xqa_ctas``) and the one its coefficients give.
+    named = {formula.model_name, formula.model_name_of(fit.params)}
     for a, b in formula.aliases:
         old = b if want == a else a if want == b else None
         if old is not None and old in fit.params and want not in fit.params:
             fit.params = {(want if k == old else k): v for k, v in fit.params.items()}
+    if fit.model in named:
+        fit.model = formula.model_name_of(fit.params)
 
 
 def _overhead(data: Any) -> dict[str, Any] | None:

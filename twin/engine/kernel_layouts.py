@@ -352,8 +352,8 @@ def trtllm_norm_in_allreduce(
     if _named(model, "gpt-oss"):
         return True, False
     if _qwen3_architecture(model) and model.n_moe_layers:
-        known = version_key(build) is None or release_at_least(build, TRTLLM_QWEN3_MOE_FUSION_BY)
-        return known, False
+        fused = version_key(build) is None or release_at_least(build, TRTLLM_QWEN3_MOE_FUSION_BY)
+        return fused, False
     if not _named(model, "llama-3"):
         return False, False
     fused = model.d_model > TRTLLM_LLAMA_FUSION_MIN_HIDDEN
