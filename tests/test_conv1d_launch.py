@@ -4,9 +4,11 @@ CTAs on the unvectorised load path, the decode update's waves of CTAs over the S
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from twin.calibration.aic_dense import conv1d_rows
@@ -32,11 +34,27 @@ def test_a_prompt_pass_counts_its_unvectorised_ctas() -> None:
 
 
 def test_a_decode_update_counts_waves_of_its_64_thread_ctas() -> None:
-    # Grid (batch, ceil(dim / 64)); 32 resident CTAs an SM.
+    # Grid (batch, ceil(dim / 64)); 32 resident CTAs an SM; waves fractional above one.
     _, _, x = ssm_ft.conv1d_features(1024, 1, 20480, 4, 2, True, 132)
-    assert x["cta_waves"] == -(-1024 * 320 // (132 * 32))  # 78 waves
+    assert x["cta_waves"] == pytest.approx(1024 * 320 / (132 * 32))  # 77.6 waves, not 78
     assert ssm_ft.conv1d_features(1, 1, 1536, 4, 2, True, 132)[2]["cta_waves"] == 1
     assert ssm_ft.conv1d_features(1024, 1, 20480, 4, 2, True, None)[2]["cta_waves"] == 0
+
+
+def test_the_update_waves_are_not_rounded_up_above_one() -> None:
+    # upd39: a short-lived CTA's slot is refilled as it retires, so the last partial wave
+    # costs about a CTA, not a wave: the count grows with the CTAs, one wave at least.
+    slots = 132 * ssm_ft.CONV_UPDATE_RESIDENT
+    assert ssm_ft.conv_update_waves(1, 1536, 132) == 1.0  # 24 CTAs: one CTA's lifetime
+    assert ssm_ft.conv_update_waves(44, 6144, 132) == 1.0  # 4,224 CTAs: exactly one wave
+    assert ssm_ft.conv_update_waves(45, 6144, 132) == pytest.approx(45 * 96 / slots)
+    assert ssm_ft.conv_update_waves(45, 6144, 132) < 2  # the ceiling said 2
+    # Channels round up to whole 64-thread CTAs; no SM count: 0.
+    assert ssm_ft.conv_update_waves(100, 6145, 132) == pytest.approx(100 * 97 / slots)
+    assert ssm_ft.conv_update_waves(100, 6144, None) == 0.0
+    # Non-decreasing in the batch.
+    w = [ssm_ft.conv_update_waves(b, 10240, 148) for b in range(1, 2049, 7)]
+    assert all(a <= b for a, b in itertools.pairwise(w))
 
 
 def test_the_fit_reader_gives_the_tables_rows_the_launch_features() -> None:
@@ -109,3 +127,17 @@ def test_a_profile_fitted_before_the_terms_prices_as_before(tmp_path: Path) -> N
         assert CostModel(model, old).step(prefills, decodes) == CostModel(model, zeroed).step(
             prefills, decodes
         )
+
+
+def test_serving_and_the_compiled_update_price_the_fractional_waves_alike() -> None:
+    from twin.costmodel import compiled
+
+    cm = CostModel(get_model("nemotron-h-8b"), load_profile("h100-trtllm"))
+    kc = np.zeros((compiled.GDN_SEQ_ROW + 1, compiled.N_CONSTANTS), np.float64)
+    kc[compiled.CONV_UPDATE] = cm._conv_update_constants
+    # 45 x 160 CTAs over 132 x 32 slots: 1.7 waves (the ceiling's 2), and a batch of 1.
+    for batch in (1, 45, 300):
+        cf, cb, x = ssm_ft.conv1d_features(batch, 1, 10240, 4, 2, True, 132)
+        assert x["cta_waves"] == max(1.0, batch * 160 / (132 * 32))
+        plain = cm._conv_update(cf, cb, x["cta_waves"], x["l2_bytes"])
+        assert compiled._conv_update(kc, 2, batch, 10240, 4, 132) == pytest.approx(plain, rel=1e-12)

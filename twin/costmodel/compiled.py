@@ -347,16 +347,16 @@ def _conv_prompt(kc: np.ndarray, e: int, n: int, chunks: int, width: int, taps: 
 def _conv_update(kc: np.ndarray, e: int, batch: int, width: int, taps: int, sms: int) -> float:
     """``MixerPricing._conv``'s decode update: ``conv1d_features(batch, 1, width, taps, e,
     True, sms)`` priced by ``CostModel._conv_update``: the waves of its 64-thread CTAs
-    (``features.tile_waves``; 0 without an SM count) and no L2 bytes (serving's
-    ``l2_bytes`` None: the second extra 0)."""
+    (``ssm_features.conv_update_waves``: fractional above one; 0 without an SM count) and no
+    L2 bytes (serving's ``l2_bytes`` None: the second extra 0)."""
     cf = 2.0 * batch * 1 * width * taps
     ub = e * (2 * batch * 1 * width + width * taps)
     ub += e * 2 * batch * width * taps
-    waves = 0
+    waves = 0.0
     if sms:
         ctas = batch * -(-width // CONV_UPDATE_THREADS)
-        waves = -(-ctas // (sms * CONV_UPDATE_RESIDENT))
-    return _kernel_s(kc[CONV_UPDATE], cf, float(ub), float(waves), 0.0, 0.0)
+        waves = max(1.0, ctas / (sms * CONV_UPDATE_RESIDENT))
+    return _kernel_s(kc[CONV_UPDATE], cf, float(ub), waves, 0.0, 0.0)
 
 
 @jit("f8(f8[:, ::1], i8[::1], i8, i8, i8, i8, f8)")

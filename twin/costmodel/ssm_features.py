@@ -8,7 +8,7 @@ from the kernel's source, cited above them. Pure Python.
 
 from __future__ import annotations
 
-from twin.costmodel.features import Features, replay_l2, tile_waves
+from twin.costmodel.features import Features, replay_l2
 
 
 def ssm_scan_features(
@@ -90,6 +90,23 @@ CONV_UPDATE_THREADS = 64
 CONV_UPDATE_RESIDENT = 32
 
 
+def conv_update_waves(batch: int, channels: int, sms: int | None) -> float:
+    """Waves of the decode update's 64-thread CTAs (grid ``(batch, ceil(channels / 64))``)
+    over ``sms`` SMs of ``CONV_UPDATE_RESIDENT`` slots, fractional above one:
+    ``max(1, CTAs / slots)``; 0 without an SM count. Not rounded up: a CTA loads its
+    channel's ``width - 1`` state elements and one input, stores as many, and retires, so the
+    block scheduler refills a slot as each retires and the last, partial wave costs about a
+    CTA's lifetime, not a whole wave's (a GEMM tile's long-lived CTAs are what
+    ``features.tile_waves``' ceiling counts). A launch of fewer CTAs than slots still takes
+    one CTA's lifetime: one wave. Chosen on the tables' train rows over the ceiling
+    (docs/decisions.md, issue 34, helper upd39: mean over the 8 GPUs of train median / P90
+    5.3 / 14.0 -> 4.4 / 14.1%)."""
+    if not sms:
+        return 0.0
+    ctas = batch * -(-channels // CONV_UPDATE_THREADS)
+    return max(1.0, ctas / (sms * CONV_UPDATE_RESIDENT))
+
+
 def conv1d_features(
     batch: int,
     seqlen: int,
@@ -110,7 +127,8 @@ def conv1d_features(
     token ones, which cost the same). ``sequences``: a varlen call (the engines' serving
     call, ``query_start_loc`` set) of that many sequences packed into ``batch x seqlen``
     tokens. A decode update counts the waves of its 64-thread CTAs over ``sms`` SMs
-    (``cta_waves``; 0 without an SM count), and the bytes a kernel table's replays read
+    (``cta_waves``, :func:`conv_update_waves`: fractional above one; 0 without an SM
+    count), and the bytes a kernel table's replays read
     from an L2 of ``l2_bytes`` (``l2_bytes``, on the compute side; the HBM bytes then 0):
     NVIDIA's collector (ai-dynamo/aiconfigurator ``collector/trtllm/collect_mamba2.py``,
     ``run_mamba2_generation_benchmark``, through ``collector/helper.py``
@@ -126,8 +144,7 @@ def conv1d_features(
     nbytes = e * (2 * batch * seqlen * channels + channels * kernel)
     if with_state:
         nbytes += e * 2 * batch * channels * kernel
-        resident = sms * CONV_UPDATE_RESIDENT if sms else None
-        waves = tile_waves(batch, channels, resident, tile_m=1, tile_n=CONV_UPDATE_THREADS)
+        waves = conv_update_waves(batch, channels, sms)
         buffers = e * (2 * batch * channels + channels * kernel + batch * channels * (kernel - 1))
         hbm, l2 = replay_l2(float(nbytes), l2_bytes, float(buffers))
         return flops, hbm, {"cta_waves": float(waves), "l2_bytes": l2}
@@ -138,6 +155,7 @@ def conv1d_features(
 
 __all__ = [
     "conv1d_features",
+    "conv_update_waves",
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",
