@@ -42,7 +42,7 @@ from kernel_targets import (
 )
 
 from twin.costmodel.formulas import MLA_VARIANTS
-from twin.costmodel.mla_features import TRTLLM_GEN_GPUS, trtllm_gen_launch
+from twin.costmodel.mla_decode_kernels import TRTLLM_GEN_GPUS, trtllm_gen_launch
 from twin.costmodel.profile import KernelFit, Profile
 
 RESULTS = Path(__file__).parent / "results" / "mla-kernels.json"
@@ -56,7 +56,7 @@ REASONS = {
     "kernel_switch": "a Blackwell decode row whose trtllm-gen launch (low-latency or "
     "high-throughput MLA kernel, split-KV reduction in a cluster's shared memory, in global "
     "memory, or none) differs from a neighbour's along the context axis: the kernel's own "
-    "rule switches there (``mla_features.trtllm_gen_launch``), a step the fit's launch "
+    "rule switches there (``mla_decode_kernels.trtllm_gen_launch``), a step the fit's launch "
     "features price only in part",
     "series_offset": "the model misprices the whole series (same heads and batch, or same "
     "BMM shape) by >10% in the row's direction: the kernel's configuration for that shape "
@@ -68,7 +68,7 @@ REASONS = {
 
 def _launch_kind(batch: int, keys: int, heads: int, sms: int) -> tuple[bool, str, bool]:
     """(low-latency kernel, split-KV reduction, head-dim split) of trtllm-gen's MLA
-    generation launch (``twin.costmodel.mla_features.trtllm_gen_launch``)."""
+    generation launch (``twin.costmodel.mla_decode_kernels.trtllm_gen_launch``)."""
     launch = trtllm_gen_launch(batch, keys, heads, sms)
     return launch.low_latency, launch.reduction, launch.dim_split
 

@@ -1,5 +1,5 @@
 """The absorbed BMM's reduction loop (issue 34, helper mla36): one CTA's K-tile steps
-(``mla_features.bmm_k_steps``), the ``k_steps`` serial feature of the ``mla_bmm*``
+(``mla_bmm.bmm_k_steps``), the ``k_steps`` serial feature of the ``mla_bmm*``
 families: W_UV (k = kv_lora = 512) costs more than W_UK (k = nope = 128) in a small launch
 at the same FLOPs and bytes."""
 
@@ -15,7 +15,7 @@ from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
-from twin.costmodel import mla_features as mf
+from twin.costmodel import mla_bmm as mbmm
 from twin.costmodel.profile import KernelFit, _upgrade
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import get_gpu
@@ -25,9 +25,9 @@ DSV3 = get_model("deepseek-v3")  # fp8-block weights: the BMMs read ``mla_bmm_fp
 
 
 def test_k_steps_are_one_ctas_k_tiles() -> None:
-    assert mf.bmm_k_steps(128) == 2.0  # W_UK: q_nope (128) into the latent
-    assert mf.bmm_k_steps(512) == 8.0  # W_UV: the latent (512) back to v
-    assert mf.bmm_k_steps(100) == 2.0  # a partial tile is a step
+    assert mbmm.bmm_k_steps(128) == 2.0  # W_UK: q_nope (128) into the latent
+    assert mbmm.bmm_k_steps(512) == 8.0  # W_UV: the latent (512) back to v
+    assert mbmm.bmm_k_steps(100) == 2.0  # a partial tile is a step
 
 
 def test_the_formula_prices_k_steps_after_the_smooth_maximum() -> None:
@@ -49,7 +49,7 @@ def test_a_bmm_fit_without_k_steps_prices_as_before() -> None:
     assert fit.params["c_k_steps"] == 0.0
     peaks = load_profile("h200", "sglang").peaks
     price = lat.compile_fast("mla_bmm", fit.params, peaks)
-    feats = mf.mla_bmm_features(64, 16, 512, 128, 2, 2.0, 2.0, 132, None)
+    feats = mbmm.mla_bmm_features(64, 16, 512, 128, 2, 2.0, 2.0, 132, None)
     assert price(*feats, 0.0) == price(*feats, 0.0, 8.0) == price(*feats, 0.0, 2.0)
 
 
@@ -101,8 +101,8 @@ def test_the_serving_bmms_price_each_shapes_k_loop() -> None:
     rows = 64
     with_k = without = 0.0
     for k, n in ((d.nope, d.kv_lora), (d.kv_lora, d.v)):
-        feats = mf.mla_bmm_features(rows, d.heads, k, n, e, act_b, w_b, sms, None)
-        with_k += bmm(*feats, 0.0, mf.bmm_k_steps(k))
+        feats = mbmm.mla_bmm_features(rows, d.heads, k, n, e, act_b, w_b, sms, None)
+        with_k += bmm(*feats, 0.0, mbmm.bmm_k_steps(k))
         without += bmm(*feats, 0.0, 0.0)
     assert cm._absorbed_bmms(rows) == pytest.approx(with_k, rel=1e-12)
     assert with_k > without + 0.5e-6  # ten steps at the fit's ~0.07 us

@@ -1,5 +1,5 @@
 """TensorRT-LLM's fp8 absorbed BMM on SM120 (RTX PRO 6000): the activation's quantisation
-kernel runs a serial token loop per program (``mla_features.bmm_quant_steps``), the
+kernel runs a serial token loop per program (``mla_bmm.bmm_quant_steps``), the
 ``quant_steps`` feature of the ``mla_bmm*`` families (issue 34)."""
 
 from __future__ import annotations
@@ -11,32 +11,32 @@ from twin.calibration import aic_mla
 from twin.calibration.aic_tables import system_dir
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
-from twin.costmodel import mla_features as mf
+from twin.costmodel import mla_bmm as mbmm
 from twin.costmodel.profile import KernelFit, _upgrade
 from twin.costmodel.profile_store import load_profile
 
-SOURCE = mf.TRTLLM_FP8_BMM_SOURCE
+SOURCE = mbmm.TRTLLM_FP8_BMM_SOURCE
 RTX_SMS = 188
 
 
 def test_quant_rule_is_tensorrt_llm_fp8_bmm_on_sm120_only() -> None:
-    assert mf.bmm_quant_rule("rtx-pro-6000", SOURCE)
-    assert not mf.bmm_quant_rule("rtx-pro-6000", "trtllm_bmm_out")  # the bf16 BMM
-    assert not mf.bmm_quant_rule("h100", SOURCE)  # SM90 quantises with a CUDA kernel
-    assert not mf.bmm_quant_rule("l40s", SOURCE)
-    assert not mf.bmm_quant_rule("b200", "trtllm_bmm_out_dequant_bf16")
+    assert mbmm.bmm_quant_rule("rtx-pro-6000", SOURCE)
+    assert not mbmm.bmm_quant_rule("rtx-pro-6000", "trtllm_bmm_out")  # the bf16 BMM
+    assert not mbmm.bmm_quant_rule("h100", SOURCE)  # SM90 quantises with a CUDA kernel
+    assert not mbmm.bmm_quant_rule("l40s", SOURCE)
+    assert not mbmm.bmm_quant_rule("b200", "trtllm_bmm_out_dequant_bf16")
 
 
 def test_quant_steps_are_a_programs_tokens_times_its_grids_waves() -> None:
     """64 programs a head, each every 64th token: 64 tokens one step, 80 two; 128 heads
     of one 512-element block are 8,192 one-warp programs, two waves of 188 x 32."""
-    assert mf.bmm_quant_steps(True, 64, 1, 512, RTX_SMS) == 1.0
-    assert mf.bmm_quant_steps(True, 80, 1, 512, RTX_SMS) == 2.0
-    assert mf.bmm_quant_steps(True, 20_480, 1, 512, RTX_SMS) == 320.0
-    assert mf.bmm_quant_steps(True, 64, 64, 128, RTX_SMS) == 1.0  # 4,096 <= 6,016 slots
-    assert mf.bmm_quant_steps(True, 64, 128, 512, RTX_SMS) == 2.0
-    assert mf.bmm_quant_steps(False, 20_480, 1, 512, RTX_SMS) == 0.0
-    assert mf.bmm_quant_steps(True, 20_480, 1, 512, 0) == 0.0  # no SM count
+    assert mbmm.bmm_quant_steps(True, 64, 1, 512, RTX_SMS) == 1.0
+    assert mbmm.bmm_quant_steps(True, 80, 1, 512, RTX_SMS) == 2.0
+    assert mbmm.bmm_quant_steps(True, 20_480, 1, 512, RTX_SMS) == 320.0
+    assert mbmm.bmm_quant_steps(True, 64, 64, 128, RTX_SMS) == 1.0  # 4,096 <= 6,016 slots
+    assert mbmm.bmm_quant_steps(True, 64, 128, 512, RTX_SMS) == 2.0
+    assert mbmm.bmm_quant_steps(False, 20_480, 1, 512, RTX_SMS) == 0.0
+    assert mbmm.bmm_quant_steps(True, 20_480, 1, 512, 0) == 0.0  # no SM count
 
 
 def test_a_bmm_fit_of_the_older_form_prices_as_before() -> None:
@@ -51,7 +51,7 @@ def test_a_bmm_fit_of_the_older_form_prices_as_before() -> None:
     assert fit.params["c_quant_steps"] == 0.0
     peaks = load_profile("rtx-pro-6000", "trtllm").peaks
     price = lat.compile_fast("mla_bmm_fp8", fit.params, peaks)
-    feats = mf.mla_bmm_features(4096, 16, 512, 128, 2, 1.0, 1.0, RTX_SMS, None)
+    feats = mbmm.mla_bmm_features(4096, 16, 512, 128, 2, 1.0, 1.0, RTX_SMS, None)
     assert price(*feats, 0.0) == price(*feats, 64.0)
 
 

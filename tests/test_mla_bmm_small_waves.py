@@ -1,5 +1,5 @@
 """The absorbed BMMs' smaller tiles (issue 34, helper bmm37): the waves of 64 x 64 output
-tiles over the SMs (``mla_features.mla_bmm_features``' fifth feature, ``small_waves``)
+tiles over the SMs (``mla_bmm.mla_bmm_features``' fifth feature, ``small_waves``)
 beside the 128 x 128 tiles' ``waves``: cuBLASLt and TensorRT-LLM's block-scaled BMM run
 smaller tiles on small launches, and the fit weighs the two staircases."""
 
@@ -12,7 +12,7 @@ from twin.calibration import aic_mla
 from twin.calibration.aic_tables import system_dir
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
-from twin.costmodel import mla_features as mf
+from twin.costmodel import mla_bmm as mbmm
 from twin.costmodel.profile import KernelFit, _upgrade
 from twin.costmodel.profile_store import load_profile
 
@@ -22,12 +22,12 @@ GB200_SMS = 148
 def test_small_waves_count_64_by_64_tiles() -> None:
     # W_UK (n = 512) at 16 heads: 80 tokens is one 128-row tile (as 64 is) but two
     # 64-row tiles
-    assert mf.MLA_BMM_SMALL_TILE == 64
-    feats = [mf.mla_bmm_features(t, 16, 128, 512, 2, 2.0, 2.0, GB200_SMS, None) for t in (64, 80)]
+    assert mbmm.MLA_BMM_SMALL_TILE == 64
+    feats = [mbmm.mla_bmm_features(t, 16, 128, 512, 2, 2.0, 2.0, GB200_SMS, None) for t in (64, 80)]
     assert [f[2] for f in feats] == [1, 1]  # 64 tiles of 128 x 128: one wave
     assert [f[4] for f in feats] == [1, 2]  # 128, then 256 tiles of 64 x 64
     # W_UV (n = 128) at 128 heads, 1,024 tokens: 128 x 16 x 2 = 4,096 small tiles
-    assert mf.mla_bmm_features(1024, 128, 512, 128, 2, 2.0, 2.0, GB200_SMS, None)[4] == 28
+    assert mbmm.mla_bmm_features(1024, 128, 512, 128, 2, 2.0, 2.0, GB200_SMS, None)[4] == 28
 
 
 def test_the_formula_reads_small_waves_on_the_compute_side() -> None:
@@ -49,7 +49,7 @@ def test_a_bmm_fit_without_small_waves_prices_as_before() -> None:
     assert fit.params["c_small_waves"] == 0.0
     assert fit.model == fm.get_formula("mla_bmm").model_name
     price = lat.compile_fast("mla_bmm", fit.params, load_profile("h200", "sglang").peaks)
-    base = mf.mla_bmm_features(64, 16, 512, 128, 2, 2.0, 2.0, 132, None)[:4]
+    base = mbmm.mla_bmm_features(64, 16, 512, 128, 2, 2.0, 2.0, 132, None)[:4]
     assert price(*base, 1.0, 0.0, 8.0) == price(*base, 9.0, 0.0, 8.0)
 
 

@@ -22,7 +22,9 @@ from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
+from twin.costmodel import mla_module as mmod
 from twin.costmodel.profile import KernelFit, _upgrade
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import get_gpu
@@ -34,72 +36,72 @@ def test_trtllm_gen_picks_its_mla_generation_launch() -> None:
     # 128 heads, one sequence: the low-latency kernel (8 CTAs of 16 heads); 4,096 keys
     # split 16 ways (256 keys a CTA) and reduced in a cluster, 8,192 keys split over
     # 148 // 8 = 18 CTAs, more than a cluster reduces: through global memory
-    a = mf.trtllm_gen_launch(1, 4096, 128, 148)
+    a = mdk.trtllm_gen_launch(1, 4096, 128, 148)
     got = (a.low_latency, a.grid, a.splits, a.reduction, a.dim_split)
     assert got == (True, 8, 16, "cga", False)
-    b = mf.trtllm_gen_launch(1, 8192, 128, 148)
+    b = mdk.trtllm_gen_launch(1, 8192, 128, 148)
     assert (b.low_latency, b.splits, b.reduction) == (True, 18, "gmem")
     assert a.kv_passes(1) == 8 and a.ctas == 128  # each head CTA reads every key
     # a large batch at 128 heads: the high-throughput kernel on a pair of CTAs that
     # share the keys; no split (256 CTAs already)
-    c = mf.trtllm_gen_launch(128, 8192, 128, 148)
+    c = mdk.trtllm_gen_launch(128, 8192, 128, 148)
     assert (c.low_latency, c.two_cta, c.grid, c.splits, c.reduction) == (
         False, True, 256, 1, "none"
     )  # fmt: skip
     assert c.kv_passes(128) == 1
     # 32 heads always run the low-latency kernel: two CTAs a sequence
-    d = mf.trtllm_gen_launch(64, 65536, 32, 148)
+    d = mdk.trtllm_gen_launch(64, 65536, 32, 148)
     assert (d.low_latency, d.grid, d.splits, d.kv_passes(64)) == (True, 128, 1, 2)
     # 64 heads, 4 sequences of 65,536 keys: 256 keys a CTA leave 2,048 keys a low-latency
     # CTA: the high-throughput kernel, 37 splits, reduced in global memory with the
     # output split over two CTAs (4 x 37 x 2 = 296 CTAs > 148: not split)
-    e = mf.trtllm_gen_launch(4, 65536, 64, 148)
+    e = mdk.trtllm_gen_launch(4, 65536, 64, 148)
     assert (e.low_latency, e.grid, e.splits, e.reduction, e.dim_split) == (
         False, 4, 37, "gmem", False
     )  # fmt: skip
-    f = mf.trtllm_gen_launch(1, 65536, 64, 148)
+    f = mdk.trtllm_gen_launch(1, 65536, 64, 148)
     assert (f.splits, f.reduction, f.dim_split, f.kv_passes(1)) == (148, "gmem", False, 1)
 
 
 def test_decode_launch_features_follow_the_rule() -> None:
     d = dims(32)
-    tg = mf.decode_rule("b200", "trtllm_mla", 2)
-    assert tg == "trtllm_gen" == mf.decode_rule("gb300", "default", 1)
+    tg = mdk.decode_rule("b200", "trtllm_mla", 2)
+    assert tg == "trtllm_gen" == mdk.decode_rule("gb300", "default", 1)
     # vLLM's FlashInfer MLA backend runs trtllm-gen's kernel (its module tables' label)
-    assert mf.decode_rule("b300", "FLASHINFER_MLA", 1) == tg
-    assert mf.decode_rule("h200", "FLASH_ATTN_MLA", 2) is None
+    assert mdk.decode_rule("b300", "FLASHINFER_MLA", 1) == tg
+    assert mdk.decode_rule("h200", "FLASH_ATTN_MLA", 2) is None
     # B200, 32 sequences of 4,096 keys at 32 heads: two CTAs a sequence (64), each key
     # read twice: one extra pass over the latent; split 148 // 64 = 2 ways, in a cluster
-    ctas, waves, repeat, partials, critical = mf.mla_decode_launch(tg, 32, 32 * 4096, 1, d, 2, 148)
+    ctas, waves, repeat, partials, critical = mdk.mla_decode_launch(tg, 32, 32 * 4096, 1, d, 2, 148)
     assert (ctas, waves, critical) == (128, 1, 0)
     assert repeat == 2 * 576 * 32 * 4096 and partials == 0
     # fp8 KV: the re-read bytes at one byte a latent element
-    assert mf.mla_decode_launch(tg, 32, 32 * 4096, 1, d, 1, 148)[2] == repeat / 2
+    assert mdk.mla_decode_launch(tg, 32, 32 * 4096, 1, d, 1, 148)[2] == repeat / 2
     # a global-memory reduction writes each split's partial output: 1 x 64 x 148 x 512
-    got = mf.mla_decode_launch(tg, 1, 65536, 1, dims(64), 2, 148)
+    got = mdk.mla_decode_launch(tg, 1, 65536, 1, dims(64), 2, 148)
     assert got == (148, 1, 0.0, 64 * 148 * 512, 0.0)
     # an MTP step's query tokens ride with the heads: 16 heads x 2 tokens = 32 rows
-    assert mf.mla_decode_launch(tg, 8, 8 * 4096, 2, dims(16), 2, 148) == (
-        mf.mla_decode_launch(tg, 8, 8 * 4096, 1, dims(32), 2, 148)
+    assert mdk.mla_decode_launch(tg, 8, 8 * 4096, 2, dims(16), 2, 148) == (
+        mdk.mla_decode_launch(tg, 8, 8 * 4096, 1, dims(32), 2, 148)
     )
     # no rule read for the SM120 RTX PRO 6000's kernels, TensorRT-LLM's on Hopper, nor
     # FA3 over an fp8 cache
-    assert mf.decode_rule("rtx-pro-6000", "default", 2) is None
-    assert mf.decode_rule("h200", "default", 2) is None
-    assert mf.decode_rule("h200", "flash_attention", 1) is None
-    assert mf.mla_decode_launch(None, 32, 32 * 4096, 1, d, 2, 132) == mf.NO_LAUNCH
+    assert mdk.decode_rule("rtx-pro-6000", "default", 2) is None
+    assert mdk.decode_rule("h200", "default", 2) is None
+    assert mdk.decode_rule("h200", "flash_attention", 1) is None
+    assert mdk.mla_decode_launch(None, 32, 32 * 4096, 1, d, 2, 132) == mdk.NO_LAUNCH
 
 
 def test_sglang_triton_decode_launch_follows_its_grid_and_split_rule() -> None:
-    """SGLang 0.5.14's Triton MLA decode (``mla_features.TRITON_DECODE_BLOCK_H``) on the
+    """SGLang 0.5.14's Triton MLA decode (``mla_decode_kernels.TRITON_DECODE_BLOCK_H``) on the
     L40S's 142 SMs: MAX_KV_SPLITS the SMs' power of two (256); 32 sequences of 32,768 keys
     at 128 heads are 8 blocks of 16 heads; ``get_num_kv_splits_triton`` gives
     min(cdiv(int(142 x log2(32768 / 64)), 32 x 8), 256) = 5 splits of 6,554 keys."""
-    tri = mf.decode_rule("l40s", "triton", 2)
-    assert tri == "triton" == mf.decode_rule("rtx-pro-6000", "triton", 1)
-    assert mf.triton_max_kv_splits(142) == 256 and mf.triton_max_kv_splits(4) == 8
-    assert mf.triton_num_kv_splits(32, 32768, 8, 142) == 5
-    got = mf.mla_decode_launch(tri, 32, 32 * 32768, 1, dims(128), 2, 142)
+    tri = mdk.decode_rule("l40s", "triton", 2)
+    assert tri == "triton" == mdk.decode_rule("rtx-pro-6000", "triton", 1)
+    assert mdk.triton_max_kv_splits(142) == 256 and mdk.triton_max_kv_splits(4) == 8
+    assert mdk.triton_num_kv_splits(32, 32768, 8, 142) == 5
+    got = mdk.mla_decode_launch(tri, 32, 32 * 32768, 1, dims(128), 2, 142)
     ctas, waves, repeat, partials, critical = got
     assert ctas == 32 * 8 * 256  # the whole grid, empty split programs included
     assert waves == -(-(32 * 8 * 5) // 142) == 10  # the programs with keys
@@ -107,10 +109,10 @@ def test_sglang_triton_decode_launch_follows_its_grid_and_split_rule() -> None:
     assert partials == 32 * 128 * 256  # the reduction's programs x the splits each loops
     assert critical == 6554 * 10
     # at 16 heads one block: no re-read, and the batch's one block takes 40 splits
-    assert mf.mla_decode_launch(tri, 32, 32 * 32768, 1, dims(16), 2, 142)[2] == 0
-    assert mf.triton_num_kv_splits(32, 32768, 1, 142) == 40
+    assert mdk.mla_decode_launch(tri, 32, 32 * 32768, 1, dims(16), 2, 142)[2] == 0
+    assert mdk.triton_num_kv_splits(32, 32768, 1, 142) == 40
     # a short context is one split whatever the batch (log2 floored at 1)
-    assert mf.triton_num_kv_splits(256, 2, 1, 142) == 1
+    assert mdk.triton_num_kv_splits(256, 2, 1, 142) == 1
 
 
 def test_a_triton_decode_fit_of_the_older_form_prices_as_before() -> None:
@@ -127,11 +129,11 @@ def test_a_triton_decode_fit_of_the_older_form_prices_as_before() -> None:
     price = lat.compile_fast("mla_decode", fit.params, peaks)
     d = dims(128)
     flops, nbytes, tiles, seq = mf.mla_decode_sums(64, 64 * 8192, d, 2, 2)
-    launch = mf.mla_decode_launch("triton", 64, 64 * 8192, 1, d, 2, 142)
-    assert launch != mf.NO_LAUNCH
-    with_rule = price(*mf.decode_kernel_features((flops, nbytes, tiles, seq), 0.0, launch))
+    launch = mdk.mla_decode_launch("triton", 64, 64 * 8192, 1, d, 2, 142)
+    assert launch != mdk.NO_LAUNCH
+    with_rule = price(*mdk.decode_kernel_features((flops, nbytes, tiles, seq), 0.0, launch))
     assert with_rule == price(
-        *mf.decode_kernel_features((flops, nbytes, tiles, seq), 0.0, mf.NO_LAUNCH)
+        *mdk.decode_kernel_features((flops, nbytes, tiles, seq), 0.0, mdk.NO_LAUNCH)
     )
 
 
@@ -151,21 +153,21 @@ def test_fa3_splits_a_small_batch_to_fill_the_sms() -> None:
     """FlashAttention-3's ``num_splits_heuristic`` (Dao-AILab/flash-attention
     ``hopper/heuristics.h``) on the H200's 132 SMs, 64 x 64 tiles."""
     # 132 m-blocks fill the SMs: no split; <= 4 key blocks: no split
-    assert mf.fa3_num_splits(132, 132, 1024, 1, 0) == 1
-    assert mf.fa3_num_splits(1, 132, 4, 1, 0) == 1
+    assert mdk.fa3_num_splits(132, 132, 1024, 1, 0) == 1
+    assert mdk.fa3_num_splits(1, 132, 4, 1, 0) == 1
     # one m-block, 1,024 key blocks: at most 128 splits (0.97 of a wave); the fewest at
     # >= 85% of that: 109 (0.826)
-    assert mf.fa3_num_splits(1, 132, 1024, 1, 0) == 109
+    assert mdk.fa3_num_splits(1, 132, 1024, 1, 0) == 109
     # 40 m-blocks: 33 splits make 10 whole waves; 3 splits (120 CTAs, 0.91) the fewest
     # at >= 85% of that, 2 is 0.61
-    assert mf.fa3_num_splits(40, 132, 1024, 1, 0) == 3
-    fa3 = mf.decode_rule("h200", "flash_attention", 2)
+    assert mdk.fa3_num_splits(40, 132, 1024, 1, 0) == 3
+    fa3 = mdk.decode_rule("h200", "flash_attention", 2)
     assert fa3 == "fa3"
     # 128 heads, 4 sequences of 65,536 keys: two 64-row blocks a sequence (8 m-blocks),
     # 15 splits (120 CTAs); the second block reads every key again; the combine reduces
     # 15 partials of each head's 512-wide output; a split's keys: ceil(1024 / 15) x 64
-    assert mf.fa3_num_splits(8, 132, 1024, 2, 65536 * 1152) == 15
-    got = mf.mla_decode_launch(fa3, 4, 4 * 65536, 1, dims(128), 2, 132)
+    assert mdk.fa3_num_splits(8, 132, 1024, 2, 65536 * 1152) == 15
+    got = mdk.mla_decode_launch(fa3, 4, 4 * 65536, 1, dims(128), 2, 132)
     assert got == (120, 1, 1152.0 * 4 * 65536, 4 * 128 * 15 * 512, 69 * 64)
 
 
@@ -183,13 +185,13 @@ def test_the_reader_gives_blackwell_decode_rows_their_launch(tmp_path: Path) -> 
         pq.write_table(pa.Table.from_pylist(mine), folder / "generation_mla_perf.parquet")
     (fam,) = aic_mla.kernel_rows(tmp_path / "b200_sxm", "sglang")
     row = fam.rows[0]
-    want = mf.mla_decode_launch("trtllm_gen", 32, 32 * 4096, 1, aic_mla.dims(32), 2, 148)
+    want = mdk.mla_decode_launch("trtllm_gen", 32, 32 * 4096, 1, aic_mla.dims(32), 2, 148)
     got = tuple(row[x] for x in (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL))
     assert got == want and want[2] > 0
     # the same row on an H200 timing FA3: its rule; another kernel source: none
     (fam,) = aic_mla.kernel_rows(tmp_path / "h200_sxm", "sglang")
     got = tuple(fam.rows[0][x] for x in (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL))
-    assert got == mf.mla_decode_launch("fa3", 32, 32 * 4096, 1, aic_mla.dims(32), 2, 132)
+    assert got == mdk.mla_decode_launch("fa3", 32, 32 * 4096, 1, aic_mla.dims(32), 2, 132)
     assert got[-1] > 0
 
 
@@ -209,12 +211,12 @@ def test_the_reader_gives_decode_module_rows_their_attention_launch(tmp_path: Pa
     names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
     (fam,) = aic_mla.module_rows(tmp_path / "b200_sxm", "vllm")
     assert fam.kernel == "mla_module_decode"
-    want = mf.mla_decode_launch("trtllm_gen", 32, 32 * 4097, 1, aic_mla.dims(32), 2, 148)
+    want = mdk.mla_decode_launch("trtllm_gen", 32, 32 * 4097, 1, aic_mla.dims(32), 2, 148)
     assert tuple(fam.rows[0][x] for x in names) == want and want[2] > 0
-    module = mf.mla_module_decode_sums(aic_mla.dims(32), 32, 32 * 4097, 2, 2, 2, 2)
+    module = mmod.mla_module_decode_sums(aic_mla.dims(32), 32, 32 * 4097, 2, 2, 2, 2)
     assert (fam.rows[0]["flops"], fam.rows[0]["bytes"]) == module[:2]
     (fam,) = aic_mla.module_rows(tmp_path / "h200_sxm", "vllm")
-    assert tuple(fam.rows[0][x] for x in names) == mf.NO_LAUNCH
+    assert tuple(fam.rows[0][x] for x in names) == mdk.NO_LAUNCH
 
 
 def test_an_old_decode_fit_reads_with_zero_launch_terms() -> None:
@@ -248,7 +250,7 @@ def test_the_decode_kernel_prices_its_launch() -> None:
     prof0 = dataclasses.replace(prof, kernels={**prof.kernels, key: broken})
     cm0 = CostModel(DSV3, prof0, tp=4, ep=4)
     parts0 = dict((k, v) for _, k, v in cm0._mla_decode(32, 32 * 4097))
-    repeat = mf.mla_decode_launch("trtllm_gen", 32, 32 * 4097, 1, dims(32), kv_e, 148)[2]
+    repeat = mdk.mla_decode_launch("trtllm_gen", 32, 32 * 4097, 1, dims(32), kv_e, 148)[2]
     assert repeat == kv_e * 576 * 32 * 4097
     assert parts["mla_decode"] - parts0["mla_decode"] == pytest.approx(
         fit.params["c_kv_repeat"] * repeat, rel=1e-9
@@ -276,7 +278,7 @@ def test_the_decode_module_prices_its_attention_launch() -> None:
     )
     parts0 = dict((k, v) for _, k, v in cm0._mla_decode(32, 32 * 4097))
     stream = cm.priced.mla_kv_elem_bytes[1] * cm.priced.mla_module_kv_share
-    repeat = mf.mla_decode_launch("trtllm_gen", 32, 32 * 4097, 1, dims(32), stream, 148)[2]
+    repeat = mdk.mla_decode_launch("trtllm_gen", 32, 32 * 4097, 1, dims(32), stream, 148)[2]
     assert repeat == stream * 576 * 32 * 4097
     assert parts["mla_module"] - parts0["mla_module"] == pytest.approx(
         fit.params["c_kv_repeat"] * repeat, rel=1e-9
@@ -287,15 +289,15 @@ def test_hopper_fa3_over_an_fp8_cache_streams_its_keys_per_128_row_block() -> No
     """The decode kernel's query-row block is read only for Hopper SGLang's
     ``flash_attention`` over an fp8 cache (128 rows: its tables are flat from 1 to 128
     heads); ``block_keys`` is the keys times the blocks, zero without a block."""
-    assert mf.decode_block_rows("h100", "flash_attention", 1) == mf.FA3_FP8_BLOCK_ROWS == 128
-    assert mf.decode_block_rows("h200", "flash_attention", 1) == 128
-    assert mf.decode_block_rows("h200", "flash_attention", 2) is None  # bf16: FA3's rule
-    assert mf.decode_block_rows("h200", "default", 1) is None
-    assert mf.decode_block_rows("b200", "flash_attention", 1) is None
-    assert mf.decode_block_keys(128, 64 * 8192, 16) == 64 * 8192
-    assert mf.decode_block_keys(128, 64 * 8192, 128) == 64 * 8192
-    assert mf.decode_block_keys(128, 64 * 8192, 256) == 2 * 64 * 8192
-    assert mf.decode_block_keys(None, 64 * 8192, 128) == 0
+    assert mdk.decode_block_rows("h100", "flash_attention", 1) == mdk.FA3_FP8_BLOCK_ROWS == 128
+    assert mdk.decode_block_rows("h200", "flash_attention", 1) == 128
+    assert mdk.decode_block_rows("h200", "flash_attention", 2) is None  # bf16: FA3's rule
+    assert mdk.decode_block_rows("h200", "default", 1) is None
+    assert mdk.decode_block_rows("b200", "flash_attention", 1) is None
+    assert mdk.decode_block_keys(128, 64 * 8192, 16) == 64 * 8192
+    assert mdk.decode_block_keys(128, 64 * 8192, 128) == 64 * 8192
+    assert mdk.decode_block_keys(128, 64 * 8192, 256) == 2 * 64 * 8192
+    assert mdk.decode_block_keys(None, 64 * 8192, 128) == 0
     assert "block_keys" in fm.get_formula("mla_decode_fp8kv").extras
 
 

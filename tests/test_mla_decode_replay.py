@@ -21,6 +21,7 @@ from twin.calibration import aic_mla
 from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
+from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
 from twin.costmodel.features import REPLAY_L2_SHARE
 from twin.costmodel.profile import KernelFit, _upgrade
@@ -56,7 +57,7 @@ def test_the_decode_formula_reads_l2_bytes_on_the_compute_side() -> None:
     for key in ("mla_decode", "mla_decode_fp8kv"):
         f = fm.get_formula(key)
         assert f.extras[-1] == "l2_bytes" and "l2_bytes" not in f.serial
-        args = mf.decode_kernel_features(_sums(1, 8), 3.0, (1.0, 2.0, 4.0, 5.0, 6.0), 7.0)
+        args = mdk.decode_kernel_features(_sums(1, 8), 3.0, (1.0, 2.0, 4.0, 5.0, 6.0), 7.0)
         assert len(args) == 2 + len(f.features)
         named = dict(zip(f.features, args[2:], strict=True))
         assert named["l2_bytes"] == 7.0 and named["block_keys"] == 3.0

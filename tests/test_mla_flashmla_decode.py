@@ -1,6 +1,6 @@
 """TensorRT-LLM's MLA generation on Hopper through FlashMLA (H100 / H200, bf16 and fp8
 caches): SM parts of persistent CTAs, each taking a payload of 64-key blocks of the
-sequences in order (``mla_features.flashmla_schedule``, the ``flashmla`` launch; issue 34,
+sequences in order (``mla_decode_kernels.flashmla_schedule``, the ``flashmla`` launch; issue 34,
 helper ``mla-kern31``)."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import get_gpu
@@ -27,26 +28,26 @@ from twin.presets import get_model
 @pytest.mark.parametrize("kv_e", [2, 1])
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_flashmla_rule_on_hopper_tensorrt_llm_tables(gpu: str, kv_e: int) -> None:
-    assert mf.kernel_decode_rule(gpu, "default", kv_e) == "flashmla"
+    assert mdk.kernel_decode_rule(gpu, "default", kv_e) == "flashmla"
     # the module tables keep the rule their fits were made with (none)
-    assert mf.decode_rule(gpu, "default", kv_e) is None
+    assert mdk.decode_rule(gpu, "default", kv_e) is None
     # SGLang's Hopper kernels keep theirs
-    assert mf.kernel_decode_rule(gpu, "flash_attention", 2) == "fa3"
+    assert mdk.kernel_decode_rule(gpu, "flash_attention", 2) == "fa3"
 
 
 def test_flashmla_schedule_splits_a_long_sequence_over_the_parts() -> None:
     """One sequence of 1,000 keys (16 blocks) at 16 heads on 132 SMs: 132 parts of one
     64-row block; 21 blocks in all with the 5-block overhead, a payload of 1 + 5 blocks:
     16 parts take one key block each (16 partial outputs), none runs more than 6 blocks."""
-    assert mf.flashmla_schedule(1, 1000, 16, 132) == mf.FlashMlaSchedule(132, 1, 6, 1, 16)
+    assert mdk.flashmla_schedule(1, 1000, 16, 132) == mdk.FlashMlaSchedule(132, 1, 6, 1, 16)
 
 
 def test_flashmla_schedule_packs_short_sequences_and_halves_the_parts_at_128_rows() -> None:
     """256 sequences of 2 keys: 6 blocks each, a payload of 17: two whole sequences a part,
     no split. 128 heads: two 64-row blocks, so 66 parts, each twice the payload."""
-    assert mf.flashmla_schedule(256, 2, 16, 132) == mf.FlashMlaSchedule(132, 1, 12, 2, 0)
-    wide = mf.flashmla_schedule(64, 131_072, 128, 132)
-    narrow = mf.flashmla_schedule(64, 131_072, 64, 132)
+    assert mdk.flashmla_schedule(256, 2, 16, 132) == mdk.FlashMlaSchedule(132, 1, 12, 2, 0)
+    wide = mdk.flashmla_schedule(64, 131_072, 128, 132)
+    narrow = mdk.flashmla_schedule(64, 131_072, 64, 132)
     assert (wide.parts, wide.m_blocks, narrow.parts) == (66, 2, 132)
     assert wide.work == pytest.approx(2 * narrow.work, rel=0.01)
 
@@ -56,7 +57,7 @@ def test_flashmla_schedule_packs_short_sequences_and_halves_the_parts_at_128_row
 def test_flashmla_schedule_covers_every_block(batch: int, keys: int) -> None:
     """The parts' payloads cover every sequence's blocks and overhead; no part runs more
     than the payload."""
-    s = mf.flashmla_schedule(batch, keys, 16, 132)
+    s = mdk.flashmla_schedule(batch, keys, 16, 132)
     total = batch * (-(-keys // 64) + 5)
     payload = -(-total // s.parts) + 5
     assert s.work <= payload
@@ -68,10 +69,10 @@ def test_flashmla_launch_features() -> None:
     """The launch's five features: the grid, the busiest part's segments times the rows, the
     second block's re-read latent, the split outputs, the busiest part's keys."""
     d = dims(128)
-    ctas, waves, repeat, partials, critical = mf.mla_decode_launch(
+    ctas, waves, repeat, partials, critical = mdk.mla_decode_launch(
         "flashmla", 64, 64 * 131_072, 1, d, 1, 132
     )
-    s = mf.flashmla_schedule(64, 131_072, 128, 132)
+    s = mdk.flashmla_schedule(64, 131_072, 128, 132)
     assert ctas == 132.0 and waves == s.segments * 128
     assert repeat == (512 + 64) * 64 * 131_072
     assert partials == s.split_outputs * 128 * 512
@@ -82,10 +83,10 @@ def test_flashmla_tiles_are_the_batchs_query_rows() -> None:
     """FlashMLA's ``tiles`` feature is the query rows (tokens x heads: each roped, and
     loaded and written, a row at a time); every other rule keeps the 64-row blocks."""
     for kv_e in (2, 1):
-        assert mf.decode_tile_rule("h200", "default", kv_e) == "query_rows"
-        assert mf.decode_tiles("query_rows", 2.0, 32, 16, kv_e) == 32 * 16
-    assert mf.decode_tile_rule("h200", "flash_attention", 2) is None
-    assert mf.decode_tiles(None, 2.0, 32, 16, 2) == 2.0
+        assert mdk.decode_tile_rule("h200", "default", kv_e) == "query_rows"
+        assert mdk.decode_tiles("query_rows", 2.0, 32, 16, kv_e) == 32 * 16
+    assert mdk.decode_tile_rule("h200", "flash_attention", 2) is None
+    assert mdk.decode_tiles(None, 2.0, 32, 16, 2) == 2.0
 
 
 def test_the_reader_gives_hopper_trtllm_rows_the_flashmla_launch(tmp_path: Path) -> None:
@@ -93,7 +94,7 @@ def test_the_reader_gives_hopper_trtllm_rows_the_flashmla_launch(tmp_path: Path)
     sms = get_gpu("h200").sm_count or 0
     for key, kv_e in (("mla_decode", 2), ("mla_decode_fp8kv", 1)):
         row = fams[key].rows[0]
-        want = mf.mla_decode_launch("flashmla", 64, 64 * 8192, 1, dims(16), kv_e, sms)
+        want = mdk.mla_decode_launch("flashmla", 64, 64 * 8192, 1, dims(16), kv_e, sms)
         names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
         assert tuple(row[x] for x in names) == want
         assert row["tiles"] == 64 * 16
@@ -113,11 +114,11 @@ def test_h200_trtllm_kernels_pricing_reads_the_flashmla_launch() -> None:
     key = cm.priced.keys["mla_decode"]
     fit = lat.compile_fast(key, cm.profile.kernels[key].params, cm.profile.peaks)
     flops, nbytes, tiles, seq = mf.mla_absorbed_sums(batch, batch, keys, keys, 1, d, e, kv_e)
-    launch = mf.mla_decode_launch("flashmla", batch, keys, 1, d, kv_e, sms)
-    want = fit(*mf.decode_kernel_features((flops, nbytes, batch * d.heads, seq), 0.0, launch))
+    launch = mdk.mla_decode_launch("flashmla", batch, keys, 1, d, kv_e, sms)
+    want = fit(*mdk.decode_kernel_features((flops, nbytes, batch * d.heads, seq), 0.0, launch))
     parts = dict((k, v) for _, k, v in cm._mla_decode(batch, keys))
     assert parts["mla_decode"] == want
-    assert want != fit(*mf.decode_kernel_features((flops, nbytes, tiles, seq), 0.0, mf.NO_LAUNCH))
+    assert want != fit(*mdk.decode_kernel_features((flops, nbytes, tiles, seq), 0.0, mdk.NO_LAUNCH))
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """TensorRT-LLM's MLA generation through the FMHA v2 decoder runner (A100, L40S, RTX PRO
 6000 over a bf16 cache): one CTA per sequence and 64-row block of heads streams all its
-keys, no split (``mla_features.kernel_decode_rule``, the ``fmha_v2`` launch; issue 34)."""
+keys, no split (``mla_decode_kernels.kernel_decode_rule``, the ``fmha_v2`` launch; issue 34)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from twin.calibration.aic_mla import dims
 from twin.calibration.aic_tables import system_dir
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
 from twin.costmodel.formulas import FLOOR_PARAM
 from twin.costmodel.profile import KernelFit, _upgrade
@@ -21,19 +22,19 @@ from twin.costmodel.profile_store import load_profile
 @pytest.mark.parametrize("kv_e", [2, 1])
 @pytest.mark.parametrize("gpu", ["a100-80gb", "l40s"])
 def test_fmha_v2_rule_on_ampere_and_ada_tensorrt_llm_tables(gpu: str, kv_e: int) -> None:
-    assert mf.kernel_decode_rule(gpu, "default", kv_e) == "fmha_v2"
+    assert mdk.kernel_decode_rule(gpu, "default", kv_e) == "fmha_v2"
     # the module tables keep the rule their fits were made with (none)
-    assert mf.decode_rule(gpu, "default", kv_e) is None
+    assert mdk.decode_rule(gpu, "default", kv_e) is None
 
 
 def test_fmha_v2_rule_leaves_the_other_kernels() -> None:
-    assert mf.kernel_decode_rule("rtx-pro-6000", "default", 2) == "fmha_v2"
-    assert mf.kernel_decode_rule("rtx-pro-6000", "default", 1) is None  # a split kernel
-    assert mf.kernel_decode_rule("h100", "default", 2) == "flashmla"  # split: not this kernel
-    assert mf.kernel_decode_rule("h200", "default", 1) == "flashmla"
-    assert mf.kernel_decode_rule("b200", "default", 2) == "trtllm_gen"
-    assert mf.kernel_decode_rule("l40s", "triton", 2) == "triton"  # SGLang's
-    assert mf.kernel_decode_rule("h200", "flash_attention", 2) == "fa3"
+    assert mdk.kernel_decode_rule("rtx-pro-6000", "default", 2) == "fmha_v2"
+    assert mdk.kernel_decode_rule("rtx-pro-6000", "default", 1) is None  # a split kernel
+    assert mdk.kernel_decode_rule("h100", "default", 2) == "flashmla"  # split: not this kernel
+    assert mdk.kernel_decode_rule("h200", "default", 1) == "flashmla"
+    assert mdk.kernel_decode_rule("b200", "default", 2) == "trtllm_gen"
+    assert mdk.kernel_decode_rule("l40s", "triton", 2) == "triton"  # SGLang's
+    assert mdk.kernel_decode_rule("h200", "flash_attention", 2) == "fa3"
 
 
 def test_fmha_v2_launch_is_one_cta_a_block_reading_every_key() -> None:
@@ -41,12 +42,12 @@ def test_fmha_v2_launch_is_one_cta_a_block_reading_every_key() -> None:
     L40S's 142 SMs), the second re-reading the latent, no partials, a CTA's 1,000 keys
     on the critical path; 300 sequences take three waves."""
     d = dims(128)
-    ctas, waves, repeat, partials, critical = mf.mla_decode_launch(
+    ctas, waves, repeat, partials, critical = mdk.mla_decode_launch(
         "fmha_v2", 32, 32_000, 1, d, 2, 142
     )
     assert (ctas, waves, partials, critical) == (64.0, 1.0, 0.0, 1_000.0)
     assert repeat == 2 * (512 + 64) * 32_000
-    _, waves, _, _, critical = mf.mla_decode_launch("fmha_v2", 300, 300_000, 1, dims(16), 2, 142)
+    _, waves, _, _, critical = mdk.mla_decode_launch("fmha_v2", 300, 300_000, 1, dims(16), 2, 142)
     assert (waves, critical) == (3.0, 3_000.0)
 
 
@@ -76,7 +77,7 @@ def test_a_decode_fit_without_the_floor_prices_as_before() -> None:
     peaks = load_profile("h200", "sglang").peaks
     d = dims(16)
     sums = mf.mla_decode_sums(1, 8, d, 2, 2)
-    feats = mf.decode_kernel_features(sums, 0.0, mf.NO_LAUNCH)[2:]
+    feats = mdk.decode_kernel_features(sums, 0.0, mdk.NO_LAUNCH)[2:]
     price = lat.compile_fast("mla_decode", fit.params, peaks)
     params = dict(fit.params)
     del params[FLOOR_PARAM]

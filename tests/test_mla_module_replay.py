@@ -18,7 +18,8 @@ import pytest
 from twin.calibration import aic_mla
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
-from twin.costmodel import mla_features as mf
+from twin.costmodel import mla_decode_kernels as mdk
+from twin.costmodel import mla_module as mmod
 from twin.costmodel.features import REPLAY_L2_SHARE
 from twin.costmodel.profile import KernelFit, _upgrade
 from twin.costmodel.profile_store import load_profile
@@ -28,8 +29,8 @@ from twin.presets import get_model
 L40S_L2 = get_gpu("l40s").l2_bytes
 
 
-def _module(heads: int, batch: int = 1, keys: int = 2) -> mf.ModuleSums:
-    return mf.mla_module_decode_sums(aic_mla.dims(heads), batch, batch * keys, 2, 2, 2, 2)
+def _module(heads: int, batch: int = 1, keys: int = 2) -> mmod.ModuleSums:
+    return mmod.mla_module_decode_sums(aic_mla.dims(heads), batch, batch * keys, 2, 2, 2, 2)
 
 
 def test_a_decode_module_that_fits_in_l2_reads_its_bytes_from_l2() -> None:
@@ -39,11 +40,11 @@ def test_a_decode_module_that_fits_in_l2_reads_its_bytes_from_l2() -> None:
     serving step (no L2) never is."""
     small, big = _module(16), _module(32)
     assert small[1] + small[4] <= REPLAY_L2_SHARE * L40S_L2 < big[1] + big[4]
-    kept, l2 = mf.module_replay_l2(small, L40S_L2)
+    kept, l2 = mmod.module_replay_l2(small, L40S_L2)
     assert l2 == small[1] + small[4] and kept[1] == 0 and kept[4] == 0
     assert kept[0] == small[0] and kept[5] == small[5]
-    assert mf.module_replay_l2(big, L40S_L2) == (big, 0.0)
-    assert mf.module_replay_l2(small, None) == (small, 0.0)
+    assert mmod.module_replay_l2(big, L40S_L2) == (big, 0.0)
+    assert mmod.module_replay_l2(small, None) == (small, 0.0)
 
 
 def test_the_decode_module_formula_reads_l2_bytes_on_the_compute_side() -> None:
@@ -54,7 +55,7 @@ def test_the_decode_module_formula_reads_l2_bytes_on_the_compute_side() -> None:
         f = fm.get_formula(key)
         if key.startswith("mla_module_decode"):
             assert f.extras[-1] == "l2_bytes" and "l2_bytes" not in f.serial
-            args = mf.module_decode_features(_module(16), mf.NO_LAUNCH, 7.0)
+            args = mmod.module_decode_features(_module(16), mdk.NO_LAUNCH, 7.0)
             assert len(args) == 2 + len(f.features)
             assert args[2 + f.features.index("l2_bytes")] == 7.0
         elif key.startswith("mla_module_prefill"):
@@ -65,17 +66,17 @@ def test_vllms_triton_mla_splits_by_the_longest_sequence() -> None:
     """vLLM 0.24.0 ``TritonMLAImpl.forward_mqa``: next power of two of ``max_seq_len //
     512`` splits, at least one, at most 2 x SMs; the module reads it for ``TRITON_MLA``
     tables only."""
-    assert [mf.vllm_triton_num_kv_splits(k, 142) for k in (2, 1023, 1024, 1536, 131072)] == [
+    assert [mdk.vllm_triton_num_kv_splits(k, 142) for k in (2, 1023, 1024, 1536, 131072)] == [
         1,
         1,
         2,
         4,
         256,
     ]
-    assert mf.vllm_triton_num_kv_splits(1 << 20, 10) == 20
-    assert mf.module_decode_rule("l40s", "TRITON_MLA", 2) == "vllm_triton"
-    assert mf.module_decode_rule("b200", "FLASHINFER_MLA", 2) == "trtllm_gen"
-    assert mf.module_decode_rule("l40s", "triton", 2) == mf.decode_rule("l40s", "triton", 2)
+    assert mdk.vllm_triton_num_kv_splits(1 << 20, 10) == 20
+    assert mdk.module_decode_rule("l40s", "TRITON_MLA", 2) == "vllm_triton"
+    assert mdk.module_decode_rule("b200", "FLASHINFER_MLA", 2) == "trtllm_gen"
+    assert mdk.module_decode_rule("l40s", "triton", 2) == mdk.decode_rule("l40s", "triton", 2)
 
 
 def test_vllms_triton_mla_launch_is_its_grid() -> None:
@@ -84,15 +85,15 @@ def test_vllms_triton_mla_launch_is_its_grid() -> None:
     reads 8 partials of 512 a head; a split's 512 keys on the critical path. One head:
     one block, no re-read."""
     d = aic_mla.dims(32)
-    ctas, waves, repeat, partials, critical = mf.mla_decode_launch(
+    ctas, waves, repeat, partials, critical = mdk.mla_decode_launch(
         "vllm_triton", 4, 4 * 4096, 1, d, 2, 142
     )
     assert (ctas, waves, critical) == (64.0, 1.0, 512.0)
     assert repeat == 2 * 576 * 4 * 4096 and partials == 4 * 32 * 8 * 512
-    one = mf.mla_decode_launch("vllm_triton", 4, 4 * 4096, 1, aic_mla.dims(1), 2, 142)
+    one = mdk.mla_decode_launch("vllm_triton", 4, 4 * 4096, 1, aic_mla.dims(1), 2, 142)
     assert one[0] == 32.0 and one[2] == 0.0
     # SGLang's Triton rule on the same inputs is another launch (its grid, its partials)
-    sglang = mf.mla_decode_launch("triton", 4, 4 * 4096, 1, d, 2, 142)
+    sglang = mdk.mla_decode_launch("triton", 4, 4 * 4096, 1, d, 2, 142)
     assert sglang != (ctas, waves, repeat, partials, critical) and sglang[2] == repeat
 
 
@@ -114,7 +115,7 @@ def test_the_reader_gives_triton_mla_module_rows_their_launch_and_l2(tmp_path) -
            "model": "deepseek-ai/DeepSeek-V3", "kernel_source": "TRITON_MLA"}  # fmt: skip
     fam = _read_one_l40s_vllm_row(tmp_path, row, "mla_generation_module_perf.parquet")
     r = fam.rows[0]
-    want = mf.mla_decode_launch("vllm_triton", 1, 2, 1, aic_mla.dims(16), 2, 142)
+    want = mdk.mla_decode_launch("vllm_triton", 1, 2, 1, aic_mla.dims(16), 2, 142)
     names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
     assert tuple(r[x] for x in names) == want and want[0] > 0
     module = _module(16)
@@ -164,4 +165,4 @@ def test_regenerated_decode_module_fits_keep_the_l2_term(name: str) -> None:
     assert fits["mla_module_decode"].params["c_l2_bytes"] > 1e-14
     if name.endswith("vllm"):
         assert fits["mla_module_decode"].provenance["kernel_source"] == "TRITON_MLA"
-        assert mf.module_decode_rule(prof.gpu, "TRITON_MLA", 2) == "vllm_triton"
+        assert mdk.module_decode_rule(prof.gpu, "TRITON_MLA", 2) == "vllm_triton"

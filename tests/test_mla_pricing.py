@@ -24,7 +24,10 @@ from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import mla_bmm as mbmm
+from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
+from twin.costmodel import mla_module as mmod
 from twin.costmodel.features import REPLAY_L2_SHARE
 from twin.costmodel.precision_kernels import MLA_AS_GQA_NOTE
 from twin.costmodel.profile_store import load_profile
@@ -128,9 +131,9 @@ def test_the_module_is_the_fit_at_known_features() -> None:
     key = cm.priced.keys["mla_module_decode"]
     assert key == "mla_module_decode_fp8_block"
     fit = prof.kernels[key]
-    sums = mf.mla_module_decode_sums(dims(16), 32, 32 * 4097, 2, *cm.priced.mla_gemm_bytes, 2)
+    sums = mmod.mla_module_decode_sums(dims(16), 32, 32 * 4097, 2, *cm.priced.mla_gemm_bytes, 2)
     # vLLM's Hopper module table times FLASH_ATTN_MLA: no split rule read, no launch
-    feats = mf.module_decode_features(sums, mf.NO_LAUNCH)
+    feats = mmod.module_decode_features(sums, mdk.NO_LAUNCH)
     want = lat.compile_fast(key, fit.params, prof.peaks)(*feats)
     parts = cm.decode([4096] * 32, breakdown=True)
     assert parts.items["attention"]["mla_module"] == pytest.approx(61 * want, rel=1e-12)
@@ -268,7 +271,7 @@ def test_every_mla_family_has_a_formula() -> None:
         # the decode kernel's launch: alone, and inside the decode module
         decode = key.startswith(("mla_decode", "mla_module_decode"))
         launch = ("launch_ctas", "launch_waves") if decode else ()
-        # the decode kernel's block keys (``mla_features.decode_block_keys``) before them
+        # the decode kernel's block keys (``mla_decode_kernels.decode_block_keys``) before them
         block = ("block_keys",) if key.startswith("mla_decode") else ()
         # the decode module's working set read from L2 in the tables' replays after them
         # (the attention kernel's too: ``mla_features.kernel_replay_l2``)
@@ -391,12 +394,12 @@ def test_the_module_prices_its_attention_after_the_gemms() -> None:
     (at whole 64-row tiles in the absorbed form) as serial features."""
     act_e, w_e = 1.0, 1.0  # fp8 projections
     d = dims(16)
-    flops, nbytes, tiles, seq, kv_bytes, attn_flops = mf.mla_module_decode_sums(
+    flops, nbytes, tiles, seq, kv_bytes, attn_flops = mmod.mla_module_decode_sums(
         d, 32, 32 * 4097, 2, act_e, w_e, 1
     )
     af, ab, a_tiles, a_seq = mf.mla_decode_sums(32, 32 * 4097, d, 2, 1)
-    pf, pb, _ = mf.mla_projection_sums(d, 32, 2, act_e, w_e)
-    bmms = [mf.mla_bmm_sums(32, 16, k, n, 2, act_e, w_e) for k, n in ((128, 512), (512, 128))]
+    pf, pb, _ = mmod.mla_projection_sums(d, 32, 2, act_e, w_e)
+    bmms = [mbmm.mla_bmm_sums(32, 16, k, n, 2, act_e, w_e) for k, n in ((128, 512), (512, 128))]
     assert flops == pf + sum(b[0] for b in bmms)  # no attention FLOPs under the smooth maximum
     assert kv_bytes == 576 * 32 * 4097  # the fp8 latent once per key
     assert attn_flops == af * 64 / 16  # 16 heads run a 64-row tile
@@ -405,12 +408,12 @@ def test_the_module_prices_its_attention_after_the_gemms() -> None:
     assert nbytes == pytest.approx(pb + sum(b[1] for b in bmms) + ab - kv_bytes, rel=1e-15)
     # 128 heads fill two tiles: nothing padded
     assert (
-        mf.mla_module_decode_sums(dims(128), 32, 32 * 4097, 2, act_e, w_e, 1)[5]
+        mmod.mla_module_decode_sums(dims(128), 32, 32 * 4097, 2, act_e, w_e, 1)[5]
         == (mf.mla_decode_sums(32, 32 * 4097, dims(128), 2, 1)[0])
     )
     # prefill: the decompressed K and V of every visible row per head, no padding
     n, keys = 100, 100 * 101 // 2
-    pre = mf.mla_module_prefill_sums(d, n, keys, n, 1, 2, act_e, w_e, 2)
+    pre = mmod.mla_module_prefill_sums(d, n, keys, n, 1, 2, act_e, w_e, 2)
     assert pre[4] == 2 * n * 16 * (128 + 64 + 128)
     assert pre[5] == mf.mla_prefill_sums(n, keys, n, 1, d, 2, 2)[0]
 
@@ -423,8 +426,8 @@ def test_each_serial_term_prices_the_module() -> None:
     key = cm.priced.keys["mla_module_decode"]
     fit = prof.kernels[key]
     assert fit.model == fm.get_formula(key).model_name
-    sums = mf.mla_module_decode_sums(dims(16), 32, 32 * 4097, 2, *cm.priced.mla_gemm_bytes, 2)
-    feats = mf.module_decode_features(sums, mf.NO_LAUNCH)
+    sums = mmod.mla_module_decode_sums(dims(16), 32, 32 * 4097, 2, *cm.priced.mla_gemm_bytes, 2)
+    feats = mmod.module_decode_features(sums, mdk.NO_LAUNCH)
     price = lat.compile_fast(key, fit.params, prof.peaks)
     for name, value in zip(fm.MLA_MODULE_SERIAL, sums[4:], strict=True):
         c = fit.params[f"c_{name}"]
@@ -488,7 +491,7 @@ def test_the_prefill_kernel_prices_its_waves() -> None:
 
 
 def test_the_bmm_features_are_its_waves_and_where_its_working_set_is_read() -> None:
-    """The absorbed BMMs' launch features (``mla_features.mla_bmm_features``): the output
+    """The absorbed BMMs' launch features (``mla_bmm.mla_bmm_features``): the output
     tiles' waves over the SMs, and the working set's bytes read from L2 where it fits in
     ``features.REPLAY_L2_SHARE`` of it (the tables replay a CUDA graph on the same buffers), else
     from HBM; the FLOPs are the BMM's own."""
@@ -496,22 +499,22 @@ def test_the_bmm_features_are_its_waves_and_where_its_working_set_is_read() -> N
     sms, l2 = h200.sm_count or 0, h200.l2_bytes
     assert (sms, l2) == (132, 50e6)
     # W_UV at 32 heads (H200 SGLang's table: 11.4 us at 1,024 tokens, 22.2 us at 1,536)
-    flops, nbytes, _ = mf.mla_bmm_sums(1024, 32, 512, 128, 2, 2, 2)
+    flops, nbytes, _ = mbmm.mla_bmm_sums(1024, 32, 512, 128, 2, 2, 2)
     assert nbytes == 2 * (1024 * 32 * 512 + 32 * 512 * 128 + 1024 * 32 * 128)  # 46.1 MB
     assert nbytes > REPLAY_L2_SHARE * 50e6  # past 40 MB: read from HBM
-    assert mf.mla_bmm_features(1024, 32, 512, 128, 2, 2, 2, sms, l2) == (
+    assert mbmm.mla_bmm_features(1024, 32, 512, 128, 2, 2, 2, sms, l2) == (
         flops,
         nbytes,
         -(-32 * 8 * 1 // 132),  # 256 tiles of 128 x 128: 2 waves
         0,
         -(-32 * 16 * 2 // 132),  # 1,024 tiles of 64 x 64: 8 waves
     )
-    small = mf.mla_bmm_features(512, 32, 512, 128, 2, 2, 2, sms, l2)
-    assert small[1] == 0 and small[3] == mf.mla_bmm_sums(512, 32, 512, 128, 2, 2, 2)[1]
+    small = mbmm.mla_bmm_features(512, 32, 512, 128, 2, 2, 2, sms, l2)
+    assert small[1] == 0 and small[3] == mbmm.mla_bmm_sums(512, 32, 512, 128, 2, 2, 2)[1]
     assert small[2] == 1  # 128 tiles, one wave
     assert small[4] == 4  # 512 tiles of 64 x 64, four waves
     # no L2 tabulated: everything from HBM
-    assert mf.mla_bmm_features(512, 32, 512, 128, 2, 2, 2, sms, None)[1::2] == (small[3], 0)
+    assert mbmm.mla_bmm_features(512, 32, 512, 128, 2, 2, 2, sms, None)[1::2] == (small[3], 0)
 
 
 def test_a_bmm_fit_of_the_old_form_is_refused_by_name(tmp_path: Path) -> None:
@@ -557,9 +560,9 @@ def test_a_serving_step_reads_the_bmm_weights_from_hbm() -> None:
     sms, l2 = get_gpu("b200").sm_count or 0, get_gpu("b200").l2_bytes
     cold = warm = 0.0
     for k, n in ((d.nope, d.kv_lora), (d.kv_lora, d.v)):
-        steps = (0.0, mf.bmm_k_steps(k))  # no quantisation loop; the k-loop's steps
-        cold += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, None), *steps)
-        warm += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, l2), *steps)
+        steps = (0.0, mbmm.bmm_k_steps(k))  # no quantisation loop; the k-loop's steps
+        cold += bmm(*mbmm.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, None), *steps)
+        warm += bmm(*mbmm.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, l2), *steps)
     parts = dict((k, v) for _, k, v in cm._mla_decode(8, 8 * 1000))
     assert parts["mla_bmm"] == pytest.approx(cold, rel=1e-12)
     assert cold > warm
@@ -569,7 +572,7 @@ def test_an_mla_bmm_fit_on_a_gpu_without_an_sm_count_prices_no_waves() -> None:
     """A profile whose GPU ``twin.hardware.SM_COUNTS`` lacks (a renamed or own profile,
     ``--profile``) keeps its BMM fit and prices no waves, as the decode kernel's launch
     prices none (``mla_decode_launch``): no division by a zero SM count."""
-    assert mf.mla_bmm_features(64, 16, 128, 512, 2, 2.0, 2.0, 0, None)[2::2] == (0, 0)
+    assert mbmm.mla_bmm_features(64, 16, 128, 512, 2, 2.0, 2.0, 0, None)[2::2] == (0, 0)
     prof = dataclasses.replace(load_profile("h200", "sglang"), gpu="own-gpu")
     model = px.with_precision(get_model("deepseek-r1"), "fp8-block", "bf16")
     cm = CostModel(model, prof, 8)

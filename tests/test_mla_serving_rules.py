@@ -1,6 +1,6 @@
 """The serving cost model reads the decode and BMM rules its fits were made with
 (session 29's review, helper ``review29``): TensorRT-LLM's FMHA v2 launch for the
-``mla_decode`` kernel fits (``mla_features.kernel_decode_rule``), vLLM's ``TRITON_MLA``
+``mla_decode`` kernel fits (``mla_decode_kernels.kernel_decode_rule``), vLLM's ``TRITON_MLA``
 launch for the decode-module fits (``module_decode_rule``) and the SM120 fp8 BMM's
 quantisation steps (``bmm_quant_rule``). Each price is checked against its fit at the
 features of the rule, and against the features without it."""
@@ -15,7 +15,10 @@ import pytest
 from twin import precision as px
 from twin.costmodel import CostModel
 from twin.costmodel import latency as lat
+from twin.costmodel import mla_bmm as mbmm
+from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
+from twin.costmodel import mla_module as mmod
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import get_gpu
 from twin.presets import get_model
@@ -39,8 +42,8 @@ def test_a100_trtllm_serving_decode_prices_the_fmha_v2_launch() -> None:
     attn = _fit(cm, "mla_decode")
 
     def price(rule: str | None) -> float:
-        launch = mf.mla_decode_launch(rule, batch, keys, 1, d, kv_e, sms)
-        return attn(*mf.decode_kernel_features(sums, 0.0, launch))
+        launch = mdk.mla_decode_launch(rule, batch, keys, 1, d, kv_e, sms)
+        return attn(*mdk.decode_kernel_features(sums, 0.0, launch))
 
     parts = dict((k, v) for _, k, v in cm._mla_decode(batch, keys))
     assert parts["mla_decode"] == price("fmha_v2")
@@ -55,12 +58,12 @@ def test_l40s_vllm_serving_decode_module_prices_the_triton_mla_launch() -> None:
     stream = cm.priced.mla_kv_elem_bytes[1] * cm.priced.mla_module_kv_share
     sms = get_gpu("l40s").sm_count or 0
     batch, keys = 16, 16 * 8000
-    module = mf.mla_module_absorbed_sums(d, batch, batch, keys, keys, 1, e, act_e, w_e, stream)
+    module = mmod.mla_module_absorbed_sums(d, batch, batch, keys, keys, 1, e, act_e, w_e, stream)
     fit = _fit(cm, "mla_module_decode")
 
     def price(rule: str | None) -> float:
-        launch = mf.mla_decode_launch(rule, batch, keys, 1, d, stream, sms)
-        return fit(*mf.module_decode_features(module, launch))
+        launch = mdk.mla_decode_launch(rule, batch, keys, 1, d, stream, sms)
+        return fit(*mmod.module_decode_features(module, launch))
 
     parts = dict((k, v) for _, k, v in cm._mla_decode(batch, keys))
     assert parts["mla_module"] == price("vllm_triton")
@@ -81,9 +84,9 @@ def test_rtx_pro_6000_trtllm_serving_bmm_prices_the_quantisation_steps() -> None
     rows = 640
     with_q = without = 0.0
     for k, n in ((d.nope, d.kv_lora), (d.kv_lora, d.v)):
-        feats = mf.mla_bmm_features(rows, d.heads, k, n, e, act_b, w_b, sms, None)
-        steps = mf.bmm_k_steps(k)
-        with_q += bmm(*feats, mf.bmm_quant_steps(True, rows, d.heads, k, sms), steps)
+        feats = mbmm.mla_bmm_features(rows, d.heads, k, n, e, act_b, w_b, sms, None)
+        steps = mbmm.bmm_k_steps(k)
+        with_q += bmm(*feats, mbmm.bmm_quant_steps(True, rows, d.heads, k, sms), steps)
         without += bmm(*feats, 0.0, steps)
     parts = dict((k, v) for _, k, v in cm._mla_decode(rows, rows * 1000))
     assert parts["mla_bmm"] == pytest.approx(with_q, rel=1e-12)

@@ -3,7 +3,7 @@ trtllm-gen's kernel (sglang 0.5.14 ``TRTLLMMLABackend.forward_decode``: over an 
 ``mla_quantize_and_rope_for_fp8`` ropes and quantises each query row, over a bf16 cache
 ``concat_mla_absorb_q_general`` concatenates each row's two parts), and NVIDIA's tables
 time that whole call: the ``tiles`` feature of those tables' fits counts the batch's query
-rows, queries x heads (``mla_features.decode_tile_rule`` ``"query_rows"``; issue 34,
+rows, queries x heads (``mla_decode_kernels.decode_tile_rule`` ``"query_rows"``; issue 34,
 helper ``mla35``)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from twin.calibration import aic_mla
 from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel
 from twin.costmodel import latency as lat
+from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import get_gpu
@@ -27,15 +28,15 @@ BLACKWELL = ("b200", "b300", "gb200", "gb300")
 @pytest.mark.parametrize("kv_e", [2, 1])
 @pytest.mark.parametrize("gpu", BLACKWELL)
 def test_sglang_trtllm_mla_counts_query_rows_on_blackwell_only(gpu: str, kv_e: int) -> None:
-    assert mf.decode_tile_rule(gpu, mf.TRTLLM_MLA_SOURCE, kv_e) == "query_rows"
+    assert mdk.decode_tile_rule(gpu, mdk.TRTLLM_MLA_SOURCE, kv_e) == "query_rows"
     # the other trtllm-gen tables on the same GPU keep their own rules
-    assert mf.decode_tile_rule(gpu, "default", kv_e) == "rope_grid"
-    assert mf.decode_tile_rule(gpu, "FLASHINFER_MLA", kv_e) is None
+    assert mdk.decode_tile_rule(gpu, "default", kv_e) == "rope_grid"
+    assert mdk.decode_tile_rule(gpu, "FLASHINFER_MLA", kv_e) is None
     # the same source off trtllm-gen's GPUs reads no rule: a sequence's 64-row blocks
-    assert mf.decode_tile_rule("h200", mf.TRTLLM_MLA_SOURCE, kv_e) is None
-    assert mf.decode_tile_rule("rtx-pro-6000", mf.TRTLLM_MLA_SOURCE, kv_e) is None
+    assert mdk.decode_tile_rule("h200", mdk.TRTLLM_MLA_SOURCE, kv_e) is None
+    assert mdk.decode_tile_rule("rtx-pro-6000", mdk.TRTLLM_MLA_SOURCE, kv_e) is None
     # Hopper's SGLang decode (FlashAttention-3) keeps the 64-row blocks
-    assert mf.decode_tile_rule("h200", "flash_attention", kv_e) is None
+    assert mdk.decode_tile_rule("h200", "flash_attention", kv_e) is None
 
 
 def test_the_reader_gives_blackwell_sglang_rows_their_query_rows(tmp_path) -> None:
@@ -64,16 +65,16 @@ def test_b200_sglang_kernels_pricing_reads_the_query_rows() -> None:
     params = prof.kernels[key].params
     fit = lat.compile_fast(key, params, prof.peaks)
     flops, nbytes, tiles, seq = mf.mla_absorbed_sums(batch, batch, keys, keys, 1, d, e, kv_e)
-    launch = mf.mla_decode_launch("trtllm_gen", batch, keys, 1, d, kv_e, sms)
+    launch = mdk.mla_decode_launch("trtllm_gen", batch, keys, 1, d, kv_e, sms)
     rows = batch * d.heads
     assert rows != tiles  # 4,096 query rows, 256 blocks
     parts = {k: v for _, k, v in cm._mla_decode(batch, keys)}
     assert parts["mla_decode"] == fit(
-        *mf.decode_kernel_features((flops, nbytes, rows, seq), 0.0, launch)
+        *mdk.decode_kernel_features((flops, nbytes, rows, seq), 0.0, launch)
     )
     no_tiles = lat.compile_fast(key, {**params, "c_tiles": 0.0}, prof.peaks)
     assert (
-        no_tiles(*mf.decode_kernel_features((flops, nbytes, rows, seq), 0.0, launch))
+        no_tiles(*mdk.decode_kernel_features((flops, nbytes, rows, seq), 0.0, launch))
         < parts["mla_decode"]
     )
 

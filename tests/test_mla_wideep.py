@@ -14,8 +14,10 @@ from twin.calibration.aic_mla import dims, operand_bytes, wideep_version
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
-from twin.costmodel.mla_features import mla_module_decode_sums
+from twin.costmodel import mla_module as mmod
+from twin.costmodel.mla_module import mla_module_decode_sums
 from twin.costmodel.precision_kernels import priced_precision
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile
@@ -130,9 +132,9 @@ def test_h200_sglang_059_decode_module_known_answer() -> None:
     batch, cached = 64, 4096
     sums = mla_module_decode_sums(dims(16), batch, batch * (cached + 1), 2, act_e, w_e, 1)
     fit = prof.kernels[DECODE]
-    # FlashInfer's Hopper MLA kernel: no split rule read (``mla_features.decode_rule``)
-    assert mf.decode_rule("h200", str(fit.provenance["kernel_source"]), 1) is None
-    args = mf.module_decode_features(sums, mf.NO_LAUNCH)
+    # FlashInfer's Hopper MLA kernel: no split rule read (``mla_decode_kernels.decode_rule``)
+    assert mdk.decode_rule("h200", str(fit.provenance["kernel_source"]), 1) is None
+    args = mmod.module_decode_features(sums, mdk.NO_LAUNCH)
     seconds = _price(DECODE, prof, (sums[0], sums[1], *args[2:]))
     assert seconds == pytest.approx(0.129e-3, rel=0.15)
     measured = _table_ms(
@@ -193,10 +195,10 @@ def test_an_fp8_cache_on_blackwell_takes_the_bf16_timed_module_at_half_its_strea
 
     def seconds(kv_e: float) -> float:
         sums = mla_module_decode_sums(dims(16), 64, 64 * 4097, 2, act_e, w_e, kv_e)
-        rule = mf.decode_rule(gpu, str(fit.provenance["kernel_source"]), kv_e)
+        rule = mdk.decode_rule(gpu, str(fit.provenance["kernel_source"]), kv_e)
         sms = get_gpu(gpu).sm_count or 0
-        launch = mf.mla_decode_launch(rule, 64, 64 * 4097, 1, dims(16), kv_e, sms)
-        args = mf.module_decode_features(sums, launch)
+        launch = mdk.mla_decode_launch(rule, 64, 64 * 4097, 1, dims(16), kv_e, sms)
+        args = mmod.module_decode_features(sums, launch)
         extras = dict(zip(names, map(float, args[2:]), strict=True))
         return lat.predict(DECODE, fit.params, prof.peaks, float(sums[0]), float(sums[1]), extras)
 
@@ -245,9 +247,9 @@ def test_h200_sglang_0510_prefill_module_at_8k_tokens_known_answer() -> None:
     act_e, w_e = operand_bytes("fp8")
 
     def prompt(n: int) -> float:  # one prompt of n tokens
-        sums = mf.mla_module_prefill_sums(dims(16), n, n * (n + 1) // 2, n, 1, 2, act_e, w_e, 1)
+        sums = mmod.mla_module_prefill_sums(dims(16), n, n * (n + 1) // 2, n, 1, 2, act_e, w_e, 1)
         waves = mf.mla_prefill_waves(n, 1, 16, get_gpu("h200").sm_count or 0)
-        return _price(kernel, prof, mf.module_prefill_features(sums, waves))
+        return _price(kernel, prof, mmod.module_prefill_features(sums, waves))
 
     seconds = prompt(8192)
     assert seconds == pytest.approx(1.173e-3, rel=0.12)

@@ -77,7 +77,7 @@ class GpuSpec:
     def l2_bytes(self) -> float | None:
         """Bytes of L2 cache (``L2_BYTES``; None where not tabulated): the working set a
         kernel timed again and again on the same buffers keeps on chip, for the absorbed
-        MLA BMMs' features (``twin.costmodel.mla_features.mla_bmm_features``)."""
+        MLA BMMs' features (``twin.costmodel.mla_bmm.mla_bmm_features``)."""
         return L2_BYTES.get(self.name)
 
     @property

@@ -56,29 +56,30 @@ from twin.calibration.aic_tables import (
     system_sm_count,
 )
 from twin.costmodel import formulas as fm
-from twin.costmodel.mla_features import (
+from twin.costmodel.mla_bmm import bmm_k_steps, bmm_quant_rule, bmm_quant_steps, mla_bmm_features
+from twin.costmodel.mla_decode_kernels import (
     TRTLLM_MLA_SOURCE,
     VLLM_TRITON_MLA_SOURCE,
-    MlaDims,
-    bmm_k_steps,
-    bmm_quant_rule,
-    bmm_quant_steps,
     decode_block_keys,
     decode_block_rows,
     decode_kernel_features,
     decode_tile_rule,
     decode_tiles,
     kernel_decode_rule,
-    kernel_replay_l2,
-    mla_bmm_features,
     mla_decode_launch,
+    module_decode_rule,
+)
+from twin.costmodel.mla_features import (
+    MlaDims,
+    kernel_replay_l2,
     mla_decode_sums,
-    mla_module_decode_sums,
-    mla_module_prefill_sums,
     mla_prefill_sums,
     mla_prefill_waves,
+)
+from twin.costmodel.mla_module import (
+    mla_module_decode_sums,
+    mla_module_prefill_sums,
     module_decode_features,
-    module_decode_rule,
     module_prefill_features,
     module_replay_l2,
 )
@@ -157,10 +158,10 @@ def _module_row(
     gpu: tuple[str, int, float | None],
 ) -> dict[str, Any]:
     """One module row; ``gpu`` the table's GPU, its SMs (a prefill row's attention
-    waves, ``mla_features.module_prefill_features``; a decode row's attention
-    launch: ``mla_features.module_decode_features``, its rule from the row's
+    waves, ``mla_module.module_prefill_features``; a decode row's attention
+    launch: ``mla_module.module_decode_features``, its rule from the row's
     ``kernel_source``) and its L2 (the working set the replays keep there:
-    ``mla_features.module_replay_l2``)."""
+    ``mla_module.module_replay_l2``)."""
     b, h = int(r["batch_size"]), int(r["num_heads"])
     dm = dims(h)
     act_e, w_e = operands
@@ -259,8 +260,8 @@ def kernel_rows(
 
 def _gpu(system: Path) -> tuple[str, int, float | None]:
     """The twin GPU of ``system``, its SMs (a module row's decode launch; no GPU or no
-    SM count: no launch read, ``mla_features.mla_decode_launch``) and its L2 (None:
-    nothing resident, ``mla_features.module_replay_l2``)."""
+    SM count: no launch read, ``mla_decode_kernels.mla_decode_launch``) and its L2 (None:
+    nothing resident, ``mla_module.module_replay_l2``)."""
     gpu = system_gpu(system)
     if gpu is None:
         return ("", 0, None)
@@ -282,7 +283,7 @@ def _gpu(system: Path) -> tuple[str, int, float | None]:
 # ``FLASH_ATTN_MLA`` at 1-512 prompt tokens, fp8 KV ``FLASHMLA`` at 1-128, Blackwell
 # ``FLASHINFER_MLA`` and L40S / RTX PRO 6000 ``TRITON_MLA`` at 1. Those rows time the
 # absorbed kernel chain, not the decompressed one the ``mla_module_prefill`` families price
-# (``mla_features.mla_module_prefill_sums``; one fit of both forms priced H100's
+# (``mla_module.mla_module_prefill_sums``; one fit of both forms priced H100's
 # decompressed rows at median / P90 3.8 / 9.3% against 1.4 / 4.5% without them:
 # docs/decisions.md, helper ``mla-prefill30``): the prefill families leave them out.
 VLLM_MLA_DECODE_SOURCES = frozenset(
@@ -300,7 +301,7 @@ def module_rows(
     system: Path, engine: str, release: str | None = None, replay_l2: bool = True
 ) -> list[FamilyRows]:
     """``mla_module_<phase>[_<gemm>][_fp8kv]`` from the module tables; ``replay_l2``
-    False: no row's working set read from L2 (``mla_features.module_replay_l2``), as a
+    False: no row's working set read from L2 (``mla_module.module_replay_l2``), as a
     decode-module fit written before that term was fitted (a bench pricing it)."""
     families = []
     gpu = _gpu(system)

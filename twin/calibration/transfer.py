@@ -23,9 +23,9 @@ from twin.hardware import SM_COUNTS, get_gpu
 # The coefficients that are one SM's time a unit of work rather than the whole GPU's: those
 # of a count of waves over the SMs, each wave about one CTA's time on one SM: the GEMM's
 # k-steps on the busiest SM of its waves (``features.gemm_wave_k``), the absorbed BMMs' and
-# the MLA prefill kernel's waves (``mla_features.mla_bmm_features``,
+# the MLA prefill kernel's waves (``mla_bmm.mla_bmm_features``,
 # ``mla_prefill_waves``), the BMMs' small-tile waves and the MLA decode launch's waves
-# (``mla_features.mla_decode_launch``), the causal conv1d update's waves of CTAs
+# (``mla_decode_kernels.mla_decode_launch``), the causal conv1d update's waves of CTAs
 # (``ssm_features.conv1d_features``), the attention decode launch's waves x head dim
 # (``features.attn_decode_waves_d``, ``flashinfer_decode_waves``) or TensorRT-LLM Hopper's XQA
 # CTAs (``c_xqa_ctas``, one CTA's time). One SM's speed is the GPU's peak over its SMs, so these

@@ -91,7 +91,7 @@ def tile_waves(
     """Waves of ``groups`` independent (m x n) outputs' ``tile_m x tile_n`` tiles, one CTA
     each, over ``sms`` SMs: ``ceil(groups x ceil(m / tile_m) x ceil(n / tile_n) / sms)``; 0
     without an SM count. The one wave count of the GEMM families (:func:`gemm_wave_k`) and
-    the absorbed BMMs' two tile sizes (``mla_features.mla_bmm_features``)."""
+    the absorbed BMMs' two tile sizes (``mla_bmm.mla_bmm_features``)."""
     if not sms:
         return 0
     tiles = groups * -(-m // tile_m) * -(-n // tile_n)
@@ -294,7 +294,7 @@ def attn_decode_features(
 #   (sequence, KV head, 64 packed query rows), the KV head's query heads packed into one
 #   m-block (Dao-AILab/flash-attention ``hopper/flash_api.cpp`` ``get_num_splits``,
 #   ``heuristics.h`` ``should_pack_gqa``, commits 07602adc / 13d0fd9c; the 64-row block
-#   ``mla_features.FA3_BLOCK_M``). ``FA3_GRID_RULE``.
+#   ``mla_decode_kernels.FA3_BLOCK_M``). ``FA3_GRID_RULE``.
 # - FlashAttention-2 (vLLM ``vllm_flash_attn_fa2`` / ``vllm_flash_attn``: A100, L40S, RTX PRO
 #   6000): ``mha_varlen_fwd`` with one query a sequence swaps the group into the query rows
 #   (``seqlenq_ngroups_swapped``: ``max_seqlen_q = ngroups``, ``num_heads = num_heads_k``;
@@ -548,7 +548,7 @@ REPLAY_L2_SHARE = 0.8
 def next_power_of_two(n: int) -> int:
     """The least power of two at least ``n`` (1 for ``n`` <= 1): CUDA's and Triton's
     ``nextPowerOfTwo`` / ``next_power_of_2``, which the launch rules in ``moe_features``
-    and ``mla_features`` round their counts to (each rounds its count to an integer as its
+    and ``mla_decode_kernels`` round their counts to (each rounds its count to an integer as its
     source does before)."""
     return 1 << max(0, n - 1).bit_length()
 

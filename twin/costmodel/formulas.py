@@ -331,7 +331,7 @@ SGLANG_MLA_MODULE_TABLES = {
     "prefill": "wideep_context_mla_perf.parquet",
     "decode": "wideep_generation_mla_perf.parquet",
 }
-# The module families' serial features (``mla_features.module_attention_split``): the
+# The module families' serial features (``mla_module.module_attention_split``): the
 # attention kernel's KV stream and its FLOPs, priced after the smooth maximum of the
 # module's GEMMs; and the name of that smooth maximum (``KernelFormula.base``).
 MLA_MODULE_SERIAL = ("attn_kv_bytes", "attn_flops")
@@ -362,7 +362,7 @@ MLA_PREFILL_SERIAL = ("waves",)
 # ``mla_prefill*`` takes it before its serial ``waves``, ``mla_decode*`` after its launch
 # features.
 MLA_KERNEL_REPLAY = ("l2_bytes",)
-# The decode attention kernel's launch features (``mla_features.mla_decode_launch``, the
+# The decode attention kernel's launch features (``mla_decode_kernels.mla_decode_launch``, the
 # split-KV rule of the kernel the table times): its CTAs and their waves on the compute
 # side, the keys re-read by a sequence's other CTAs, the split reduction's partial
 # outputs and the critical path's keys after the smooth maximum. Zero without a rule; a
@@ -371,25 +371,25 @@ MLA_KERNEL_REPLAY = ("l2_bytes",)
 MLA_DECODE_LAUNCH = ("launch_ctas", "launch_waves")
 # The decode kernels' floor (``KernelFormula.floor``): NVIDIA's TensorRT-LLM decode
 # tables on A100 / L40S / RTX PRO 6000 (the FMHA v2 launch,
-# ``mla_features.kernel_decode_rule``) are flat at 9.5-10 us (L40S) from 1 to 63 cached
+# ``mla_decode_kernels.kernel_decode_rule``) are flat at 9.5-10 us (L40S) from 1 to 63 cached
 # keys at any batch to 16 and heads to 128, then 14, 24, 44, 84 us at 127, 255, 511 and
 # 1,023 keys: 78 ns a key over ~4 us, hidden under the ~10 us below ~80 keys (the larger
 # of the two, not their sum). A fit without it reads with a zero floor: the same prices.
 MLA_DECODE_FLOOR = True
 # The decode kernel's keys times its query-row blocks where its block is read
-# (``mla_features.decode_block_keys``: Hopper SGLang's ``flash_attention`` over an fp8
+# (``mla_decode_kernels.decode_block_keys``: Hopper SGLang's ``flash_attention`` over an fp8
 # cache, 128 rows a block), on the compute side before the launch's; zero elsewhere. A fit
 # without it reads with a zero coefficient: the same prices.
 MLA_DECODE_BLOCK = ("block_keys",)
 MLA_DECODE_SERIAL = ("kv_repeat", "partials", "critical_keys")
 # The decode module's features: the module's, with its attention kernel's launch
-# (``mla_features.module_decode_features``: the same split rule as ``mla_decode``'s, read
+# (``mla_module.module_decode_features``: the same split rule as ``mla_decode``'s, read
 # from the module table's ``kernel_source``) on each side as there. A decode-module fit of
 # the older form reads with zero launch coefficients: the same prices.
 MLA_MODULE_EXTRAS = ("tiles", "seq_keys")
 MLA_MODULE_DECODE_EXTRAS = (*MLA_MODULE_EXTRAS, *MLA_DECODE_LAUNCH)
 # The decode module's working set read from L2 across the tables' CUDA-graph replays
-# (``mla_features.module_replay_l2``: the whole module's bytes, weights, activations and
+# (``mla_module.module_replay_l2``: the whole module's bytes, weights, activations and
 # KV, within ``features.REPLAY_L2_SHARE`` of L2), on the compute side, its HBM bytes then
 # zero; a serving step reads from HBM (zero). A module fit without it reads with
 # ``c_l2_bytes`` 0 (``profile._upgrade``): the same prices. Not read by the prefill
@@ -398,7 +398,7 @@ MLA_MODULE_REPLAY = ("l2_bytes",)
 MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL)
 # The prefill module's context attention's CTA waves over the SMs after its KV stream and
 # FLOPs: the ``mla_prefill`` kernel's serial feature (``MLA_PREFILL_SERIAL``,
-# ``mla_features.module_prefill_features``). The module runs that kernel: TensorRT-LLM
+# ``mla_module.module_prefill_features``). The module runs that kernel: TensorRT-LLM
 # 1.3.0rc20 (the tables' release) ``tensorrt_llm/_torch/modules/attention.py``
 # ``MLA.forward_context_default``, taken where the context has no cached prefix (the
 # module tables' ``step`` 0), runs kv_b_proj over the new rows, copies k_nope and the
@@ -410,19 +410,19 @@ MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL)
 # (``profile._upgrade``): the same prices (SGLang's per-release fits).
 MLA_MODULE_PREFILL_SERIAL = (*MLA_MODULE_SERIAL, *MLA_PREFILL_SERIAL)
 MLA_MODULE_BASE = "gemms_roofline"
-# The absorbed BMMs' compute-side features (``mla_features.mla_bmm_features``): the output
+# The absorbed BMMs' compute-side features (``mla_bmm.mla_bmm_features``): the output
 # tiles' waves over the SMs, the bytes of a working set that stays in L2 across the
 # tables' replays, and the waves of the library's smaller (64 x 64) tiles
-# (``mla_features.MLA_BMM_SMALL_TILE``); the smooth maximum's bytes are HBM bytes only
+# (``mla_bmm.MLA_BMM_SMALL_TILE``); the smooth maximum's bytes are HBM bytes only
 # (zero for such a set), so the formula has a name of its own (a ``roofline+weight_elems``
 # fit is refused by name). A fit without ``small_waves`` reads with ``c_small_waves`` 0
 # (``profile._upgrade``): the same prices.
 MLA_BMM_EXTRAS = ("waves", "l2_bytes", "small_waves")
 MLA_BMM_BASE = "hbm_roofline"
 # The absorbed BMMs' serial feature: the steps of the activation's quantisation kernel
-# where the table times one with a serial token loop (``mla_features.bmm_quant_steps``:
+# where the table times one with a serial token loop (``mla_bmm.bmm_quant_steps``:
 # TensorRT-LLM's fp8 BMM on SM120); zero elsewhere. And the K-tile steps of one CTA's
-# reduction loop (``mla_features.bmm_k_steps``: W_UV's k = 512 against W_UK's 128), on the
+# reduction loop (``mla_bmm.bmm_k_steps``: W_UV's k = 512 against W_UK's 128), on the
 # critical path beside the throughput terms. A fit without either reads with a zero
 # coefficient: the same prices.
 MLA_BMM_SERIAL = ("quant_steps", "k_steps")
@@ -750,7 +750,7 @@ FORMULAS: dict[str, KernelFormula] = {
                     "one query per sequence in the absorbed form (over the latent); "
                     "seq_keys: the keys of one sequence, its split-KV critical path; "
                     "the launch's CTAs, waves, re-read keys and split partials "
-                    "(``mla_features.mla_decode_launch``); l2_bytes: a table row's bytes "
+                    "(``mla_decode_kernels.mla_decode_launch``); l2_bytes: a table row's bytes "
                     "read from L2 across its replays (``mla_features.kernel_replay_l2``)",
                 ),
             )
@@ -765,7 +765,7 @@ FORMULAS: dict[str, KernelFormula] = {
                 f"MLA absorbed decode's per-head batched GEMMs (W_UK in, W_UV out; {mode}): "
                 "the smooth maximum of the FLOPs with the output tiles' waves over the SMs "
                 "(128 x 128 and 64 x 64 tiles) and the bytes of a working set resident in "
-                "L2, and the HBM bytes of one that is not (``mla_features.mla_bmm_features``)",
+                "L2, and the HBM bytes of one that is not (``mla_bmm.mla_bmm_features``)",
                 flops_peak=peak,
                 base=MLA_BMM_BASE,
                 serial=MLA_BMM_SERIAL,
@@ -782,7 +782,7 @@ FORMULAS: dict[str, KernelFormula] = {
                 "output projection; the smooth maximum over the module's GEMMs and the "
                 "attention's query/output traffic, the attention's KV stream and FLOPs "
                 f"after it (a kernel of its own between the GEMMs: "
-                f"``mla_features.module_attention_split``){doc}",
+                f"``mla_module.module_attention_split``){doc}",
                 flops_peak=MOE_MODES[gemm],
                 serial=serial,
                 base=MLA_MODULE_BASE,
@@ -801,7 +801,7 @@ FORMULAS: dict[str, KernelFormula] = {
                     (*MLA_MODULE_DECODE_EXTRAS, *MLA_MODULE_REPLAY),
                     MLA_MODULE_DECODE_SERIAL,
                     "; its attention kernel's launch as ``mla_decode``'s "
-                    "(``mla_features.module_decode_features``)",
+                    "(``mla_module.module_decode_features``)",
                 ),
             )
             for gemm in MLA_MODULE_GEMMS

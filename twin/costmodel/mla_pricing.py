@@ -13,7 +13,7 @@ profiled module first, the kernel-and-GEMM path as its fallback):
   (``mla_module_prefill``/``_decode``, vLLM's and TensorRT-LLM's tables): the prefill
   chunks through the prefill module, the decodes through the decode module (each the
   smooth maximum of its GEMMs, then its attention kernel's KV stream and FLOPs:
-  ``mla_features.module_attention_split``); the layer's
+  ``mla_module.module_attention_split``); the layer's
   pre-norm and all-reduce as for every layer. A step that mixes both runs the shared
   projections' weights twice in this pricing (the tables time each phase whole);
 - ``kernels``: per phase, the attention-kernel fit (``mla_prefill``/``mla_decode``,
@@ -36,7 +36,10 @@ from collections.abc import Callable
 
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
+from twin.costmodel import mla_bmm as mbmm
+from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
+from twin.costmodel import mla_module as mmod
 from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.shard_shapes import ShardShapes
 from twin.costmodel.step_features import StepFeatures
@@ -83,20 +86,20 @@ class MlaPricing(ShardShapes):
             if key is not None:
                 self._mla[family] = lat.compile_fast(key, prof.kernels[key].params, prof.peaks)
         # The decode kernel's split rule, from the kernel its fit's table timed
-        # (``mla_features.decode_rule``).
+        # (``mla_decode_kernels.decode_rule``).
         self._mla_rule = self._decode_rule(
-            "mla_decode", self.priced.mla_kv_elem_bytes[1], mf.kernel_decode_rule
+            "mla_decode", self.priced.mla_kv_elem_bytes[1], mdk.kernel_decode_rule
         )
-        # What its ``tiles`` feature counts (``mla_features.decode_tile_rule``).
+        # What its ``tiles`` feature counts (``mla_decode_kernels.decode_tile_rule``).
         self._mla_tile_rule = self._decode_rule(
-            "mla_decode", self.priced.mla_kv_elem_bytes[1], mf.decode_tile_rule
+            "mla_decode", self.priced.mla_kv_elem_bytes[1], mdk.decode_tile_rule
         )
-        # Its query-row block where read (``mla_features.decode_block_rows``).
+        # Its query-row block where read (``mla_decode_kernels.decode_block_rows``).
         self._mla_block = self._decode_block("mla_decode", self.priced.mla_kv_elem_bytes[1])
         # The decode module's attention launch: the rule of the kernel its table timed, at
-        # the KV stream its fit's features read (``mla_features.module_decode_features``).
+        # the KV stream its fit's features read (``mla_module.module_decode_features``).
         stream = self.priced.mla_kv_elem_bytes[1] * self.priced.mla_module_kv_share
-        self._module_rule = self._decode_rule("mla_module_decode", stream, mf.module_decode_rule)
+        self._module_rule = self._decode_rule("mla_module_decode", stream, mdk.module_decode_rule)
         if "mla_module_prefill" in self._mla:
             self.mla_modes = ("module", "module")
         else:
@@ -106,7 +109,7 @@ class MlaPricing(ShardShapes):
             )
         self.mla_mode = "module" if self.mla_modes[0] == "module" else "/".join(self.mla_modes)
         # The absorbed BMMs: their own fit (its launch features on this GPU's SMs and L2:
-        # ``mla_features.mla_bmm_features``), else the GEMM fit on a GEMM's features.
+        # ``mla_bmm.mla_bmm_features``), else the GEMM fit on a GEMM's features.
         bmm = keys.get("mla_bmm")
         self._mla_bmm_fit = bmm is not None
         if bmm is not None:
@@ -116,9 +119,9 @@ class MlaPricing(ShardShapes):
             # layer's W_UK / W_UV were last read a whole pass earlier, so they come from HBM.
             self._mla_bmm_gpu = (self.sms or 0, None)
             # The quantisation kernel's serial steps where its table timed one
-            # (``mla_features.bmm_quant_rule``: TensorRT-LLM's fp8 BMM on SM120).
+            # (``mla_bmm.bmm_quant_rule``: TensorRT-LLM's fp8 BMM on SM120).
             source = str(prof.kernels[bmm].provenance.get("kernel_source", ""))
-            self._mla_bmm_quant = mf.bmm_quant_rule(prof.gpu, source)
+            self._mla_bmm_quant = mbmm.bmm_quant_rule(prof.gpu, source)
         else:
             self._mla_bmm = self._k["gemm"]
         self._mla_bmm_bytes = self.priced.mla_bmm_bytes
@@ -127,7 +130,7 @@ class MlaPricing(ShardShapes):
     def _decode_rule(
         self, family: str, kv_e: float, rule: Callable[[str, str, float], str | None]
     ) -> str | None:
-        """The split rule (``rule``: the kernel tables' ``mla_features.kernel_decode_rule``,
+        """The split rule (``rule``: the kernel tables' ``mla_decode_kernels.kernel_decode_rule``,
         or the decode module's ``module_decode_rule``) of the kernel ``family``'s fit's
         table timed, at ``kv_e`` bytes a latent element; None without that fit."""
         key = self.priced.keys.get(family)
@@ -137,14 +140,14 @@ class MlaPricing(ShardShapes):
         return rule(self.profile.gpu, source, kv_e)
 
     def _decode_block(self, family: str, kv_e: float) -> int | None:
-        """The query-row block (``mla_features.decode_block_rows``) of the kernel
+        """The query-row block (``mla_decode_kernels.decode_block_rows``) of the kernel
         ``family``'s fit's table timed, at ``kv_e`` bytes a latent element."""
         key = self.priced.keys.get(family)
         if key is None:
             return None
         fit = self.profile.kernels[key]
         source = str(fit.provenance.get("kernel_source", ""))
-        return mf.decode_block_rows(self.profile.gpu, source, kv_e)
+        return mdk.decode_block_rows(self.profile.gpu, source, kv_e)
 
     # ------------------------------------------------------------ token-count parts
     def _mla_dense(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
@@ -272,9 +275,9 @@ class MlaPricing(ShardShapes):
         mode = self.mla_modes[0]
         if mode == "module":
             act_e, w_e = self._mla_gemm_bytes
-            module = mf.mla_module_prefill_sums(d, n, keys, rows, seqs, e, act_e, w_e, kv_e)
+            module = mmod.mla_module_prefill_sums(d, n, keys, rows, seqs, e, act_e, w_e, kv_e)
             waves = mf.mla_prefill_waves(n, seqs, d.heads, self.sms) if self.sms else 0.0
-            features = mf.module_prefill_features(module, waves)
+            features = mmod.module_prefill_features(module, waves)
             return "mla_module", self._mla["mla_module_prefill"](*features)
         kv_b = self._proj(rows, d.kv_lora, d.heads * (d.nope + d.v))
         if mode == "kernels":
@@ -369,14 +372,18 @@ class MlaPricing(ShardShapes):
         total = 0.0
         for k, n in ((d.nope, d.kv_lora), (d.kv_lora, d.v)):
             if self._mla_bmm_fit:
-                feats = mf.mla_bmm_features(rows, d.heads, k, n, e, act_b, w_b, *self._mla_bmm_gpu)
+                feats = mbmm.mla_bmm_features(
+                    rows, d.heads, k, n, e, act_b, w_b, *self._mla_bmm_gpu
+                )
                 sms = self._mla_bmm_gpu[0]
-                quant = mf.bmm_quant_steps(self._mla_bmm_quant, rows, d.heads, k, sms)
-                total += self._mla_bmm(*feats, quant, mf.bmm_k_steps(k))
+                quant = mbmm.bmm_quant_steps(self._mla_bmm_quant, rows, d.heads, k, sms)
+                total += self._mla_bmm(*feats, quant, mbmm.bmm_k_steps(k))
             else:
                 # The GEMM fit: one product a head (``ft.gemm_wave_k``'s groups).
                 waves = ft.gemm_wave_k(rows, n, k, self.sms, d.heads)
-                total += self._mla_bmm(*mf.mla_bmm_sums(rows, d.heads, k, n, e, act_b, w_b), waves)
+                total += self._mla_bmm(
+                    *mbmm.mla_bmm_sums(rows, d.heads, k, n, e, act_b, w_b), waves
+                )
         return total
 
     def _mla_decode(
@@ -398,27 +405,27 @@ class MlaPricing(ShardShapes):
         if mode == "module":
             act_e, w_e = self._mla_gemm_bytes
             stream = kv_e * self.priced.mla_module_kv_share  # precision_kernels
-            module = mf.mla_module_absorbed_sums(
+            module = mmod.mla_module_absorbed_sums(
                 d, batch, rows, keys, kv, width, e, act_e, w_e, stream
             )
             sms = self.sms or 0
-            launch = mf.mla_decode_launch(self._module_rule, batch, kv, width, d, stream, sms)
-            price = self._mla["mla_module_decode"](*mf.module_decode_features(module, launch))
+            launch = mdk.mla_decode_launch(self._module_rule, batch, kv, width, d, stream, sms)
+            price = self._mla["mla_module_decode"](*mmod.module_decode_features(module, launch))
             return [("mla", "mla_module", price)]
         bmms = self._absorbed_bmms(rows)
         if mode == "kernels":
             flops, nbytes, tiles, seq = mf.mla_absorbed_sums(
                 batch, rows, keys, kv, width, d, e, kv_e
             )
-            tiles = mf.decode_tiles(self._mla_tile_rule, tiles, rows, d.heads, kv_e)
+            tiles = mdk.decode_tiles(self._mla_tile_rule, tiles, rows, d.heads, kv_e)
             sums = (flops, nbytes, tiles, seq)
             sms = self.sms or 0
-            launch = mf.mla_decode_launch(self._mla_rule, batch, kv, width, d, kv_e, sms)
-            block_keys = mf.decode_block_keys(self._mla_block, kv, d.heads * width)
+            launch = mdk.mla_decode_launch(self._mla_rule, batch, kv, width, d, kv_e, sms)
+            block_keys = mdk.decode_block_keys(self._mla_block, kv, d.heads * width)
             # No L2 term: the tables' L2 reads are their CUDA-graph replays over one cache
             # (``mf.kernel_replay_l2``); a serving step reads each layer's cache once, after
             # every other layer's weights and cache have streamed through L2, so from HBM.
-            attn = self._mla["mla_decode"](*mf.decode_kernel_features(sums, block_keys, launch))
+            attn = self._mla["mla_decode"](*mdk.decode_kernel_features(sums, block_keys, launch))
             kernel = "mla_decode"
         else:
             # GQA stand-in: one KV head of half the latent width (2 x width bytes per key:

@@ -34,7 +34,7 @@ from twin.costmodel.formulas import (
     mla_kernel,
     moe_min_latency_kernel,
 )
-from twin.costmodel.mla_features import TRTLLM_MLA_SOURCE
+from twin.costmodel.mla_decode_kernels import TRTLLM_MLA_SOURCE
 from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.model import ModelSpec

@@ -38,7 +38,7 @@ class ShardShapes:
     priced: PricedPrecision  # the fits the model's precision takes
     # The profile's GPU's SMs (``twin.hardware.SM_COUNTS``; None where not tabulated): the
     # waves of a launch's tiles (``features.gemm_wave_k``, ``moe_features.sglang_grid_flops``,
-    # ``mla_features.mla_bmm_features``).
+    # ``mla_bmm.mla_bmm_features``).
     sms: int | None
     # The attention decode fit's launch rule (``features.decode_launch_rule``).
     decode_rule: str
