@@ -166,9 +166,7 @@ class KernelFormula:
         """Extra ``feature``'s coefficient in fit ``params``, under its own name or its
         alias (``aliases``)."""
         name = f"c_{feature}"
-        if name not in params:
-            name = next((b for a, b in self.aliases if a == name and b in params), name)
-        return float(params[name])
+        return float(params[self._aliased(params).get(name, name)])
 
 
 # Quantised GEMM modes (the tables' names, ``twin.precision.WeightFormat.table_mode``)
