@@ -160,10 +160,10 @@ def gemm_tile_rule(kernel_source: str, device: str) -> str:
 # ``scale_matrix``): 2.2-3.1 us at m <= 8, and at m k >= 2^25 5.6-7.0 bytes an element's
 # time at the HBM peak on H200 / Blackwell, 3.2-3.9 on L40S / RTX PRO 6000 (the second
 # read cached), so the peak rate over ``5 m k`` is the pass's lower bound on the first.
-# Static (``static_scaled_fp8_quant``, one ``scaled_fp8_quant_kernel``): read and write,
-# ``(e + 1) m k``. Its ``fp8_block`` rows quantise per token group in the GEMM's own op:
-# not this feature.
-ACT_QUANT_STATIC = "static"
+# A static scale's pass (``static_scaled_fp8_quant``: read and write, ``(e + 1) m k``) is
+# timed by no table and priced nowhere: a served static checkpoint fuses it
+# (``KernelLayout.fp8_static_activation``). The ``fp8_block`` rows quantise per token group
+# in the GEMM's own op: not this feature.
 ACT_QUANT_DYNAMIC = "dynamic"
 FP8_BYTES = 1.0
 
@@ -178,11 +178,8 @@ def act_quant_scheme(kernel_source: str) -> str:
 
 def act_quant_bytes(m: Sums, k: float, e: float, scheme: str) -> Sums:
     """Bytes of the activation quantisation pass of an (m x k) input at ``e`` bytes an
-    element: static ``(e + 1) m k`` (read, write fp8); dynamic ``(2 e + 1) m k`` (the
-    scale's max reads the input once more: vLLM's per-token kernel reads each row twice,
-    its per-tensor one runs a reduction kernel first); "" none, 0."""
-    if scheme == ACT_QUANT_STATIC:
-        return (e + FP8_BYTES) * m * k
+    element: dynamic ``(2 e + 1) m k`` (read, write fp8, and the scale's max reads the input
+    once more: vLLM's per-token kernel reads each row twice); "" none, 0."""
     if scheme == ACT_QUANT_DYNAMIC:
         return (2.0 * e + FP8_BYTES) * m * k
     if scheme:
