@@ -107,6 +107,25 @@ def test_a_run_reads_the_table_of_its_layout() -> None:
     assert two > 9.0e-6 and one < 5.0e-6
 
 
+def test_a_run_without_all_reduces_names_no_un_fused_table() -> None:
+    """One predicate decides the un-fused tables for the prices and the summary
+    (``run_pricing.unfused_allreduce``, review39's fifth item): at TP 1 Llama-3.1-8B runs no
+    all-reduce, so its summary names each all-reduce family's fused pick (as a fused layout's),
+    not 1.2.0rc5, while its prices are those of the run that would read it."""
+    from twin.engine import build_run
+    from twin.workloads.examples import example_path
+
+    chat = example_path("chat")
+    kw = dict(gpu="h100", cache_gb="auto", engine="trtllm", kernel_tables="1.0.0rc3")
+    model = resolve_model("llama-3.1-8b")
+    one = build_run(chat, model=model, tp=1, **kw)  # type: ignore[arg-type]
+    four = build_run(chat, model=model, tp=4, **kw)  # type: ignore[arg-type]
+    fused = load_profile("h100", "trtllm").table_picks("1.0.0rc3")
+    picks = one.profile_info["kernel_tables"]["families"]
+    assert picks == fused and picks["allreduce_4gpu"] != "1.2.0rc5"
+    assert four.profile_info["kernel_tables"]["families"]["allreduce_4gpu"] == "1.2.0rc5"
+
+
 def test_the_key_round_trips_and_is_refused_where_it_cannot_be_meant() -> None:
     prof = load_profile("h100", "trtllm")
     data = json.loads(json.dumps(prof.to_dict()))
@@ -121,6 +140,12 @@ def test_the_key_round_trips_and_is_refused_where_it_cannot_be_meant() -> None:
     both = TableReleases(rel.default, rel.fits, rel.default_fit, {"1.3.0rc10": fit})
     with pytest.raises(TwinError, match="every layout reads too"):
         dataclasses.replace(prof, table_releases={**prof.table_releases, "allreduce_4gpu": both})
+    # Present, the key must hold an object: ``null`` or a list is a malformed file, not "none".
+    for bad in (None, []):
+        broken = json.loads(json.dumps(data))
+        broken["table_releases"]["allreduce_4gpu"]["unfused_fits"] = bad
+        with pytest.raises(TwinError, match=r"table_releases\.allreduce_4gpu\.unfused_fits"):
+            Profile.from_dict(broken)
 
 
 def test_qwen3_moe_runs_its_norms_in_the_all_reduces() -> None:

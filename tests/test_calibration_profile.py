@@ -103,6 +103,28 @@ def test_transfer_scales_a_per_sm_coefficient_by_one_sms_peak() -> None:
     )
 
 
+def test_transfer_sets_a_fixed_rate_coefficient_to_the_targets_rate() -> None:
+    """vLLM's fp8 GEMM prices its activation quantisation pass at the HBM peak, never fitted
+    (``KernelFormula.fixed_rates``): moved to another GPU the coefficient is that GPU's
+    ``1 / mem_bw`` exactly, not the source's scaled by the FLOP ratio (review39's sixth item)."""
+    import dataclasses
+
+    from twin.costmodel.formulas import get_formula
+
+    shipped = load_profile("h100", "vllm")
+    src = dataclasses.replace(shipped, source="measured")
+    assert src.kernels["gemm_fp8"].params["c_act_quant_bytes"] == 1.0 / src.peaks["mem_bw"]
+    out = transfer_profile(src, "h200")
+    assert out.kernels["gemm_fp8"].params["c_act_quant_bytes"] == 1.0 / get_gpu("h200").hbm_bw
+    ratio = src.peaks["flops"] / out.peaks["flops"]
+    assert out.kernels["gemm_fp8"].params["c_weight_elems"] == pytest.approx(
+        src.kernels["gemm_fp8"].params["c_weight_elems"] * ratio
+    )
+    assert get_formula("gemm_fp8").fixed_coefficients(out.peaks) == {
+        "c_act_quant_bytes": 1.0 / out.peaks["mem_bw"]
+    }
+
+
 @pytest.mark.parametrize(
     "coefficient", ["c_waves", "c_small_waves", "c_launch_waves", "c_cta_waves"]
 )

@@ -173,6 +173,9 @@ def test_the_xqa_fits_model_name_says_what_its_coefficient_prices(tmp_path: Path
     new = Profile.load(PROFILES / "h100-trtllm.json")
     assert new.kernels["attn_decode"].model == xqa
     assert Profile.load(PROFILES / "b200-sglang.json").kernels["attn_decode"].model == (
+        "roofline+score_elems+tiles+flashinfer_waves"
+    )
+    assert Profile.load(PROFILES / "h100-sglang.json").kernels["attn_decode"].model == (
         "roofline+score_elems+tiles+waves_d"
     )
     for coefficient in ("c_waves_d", "c_xqa_ctas"):
@@ -193,12 +196,15 @@ def test_the_xqa_fits_model_name_says_what_its_coefficient_prices(tmp_path: Path
 def test_the_xqa_coefficient_is_named_and_an_old_file_prices_identically(tmp_path: Path) -> None:
     """The shipped XQA fits carry ``c_xqa_ctas``; a file written with ``c_waves_d`` loads as
     it (``profile._upgrade``), at the same value, and prices every decode shape to the bit;
-    saved again it carries the new name. Non-XQA fits keep ``c_waves_d``."""
+    saved again it carries the new name. FA3 / FA2 / unread fits keep ``c_waves_d``; SGLang's
+    FlashInfer fits carry ``c_flashinfer_waves``."""
     new = Profile.load(PROFILES / "h100-trtllm.json")
     assert "c_xqa_ctas" in new.kernels["attn_decode"].params
     assert "c_waves_d" not in new.kernels["attn_decode"].params
     assert "c_waves_d" in new.kernels["attn_decode_fp8kv"].params
-    assert "c_waves_d" in Profile.load(PROFILES / "b200-sglang.json").kernels["attn_decode"].params
+    b200 = Profile.load(PROFILES / "b200-sglang.json").kernels["attn_decode"].params
+    assert "c_flashinfer_waves" in b200 and "c_waves_d" not in b200
+    assert "c_waves_d" in Profile.load(PROFILES / "h100-sglang.json").kernels["attn_decode"].params
     old_file = tmp_path / "old.json"
     old_file.write_text(json.dumps(_merge_stage_xqa_fit(), indent=2) + "\n")
     old = Profile.load(old_file)
@@ -241,3 +247,68 @@ def test_the_compiled_step_takes_flashinfers_128_row_tile_above_a_group_of_64() 
         want = plain.step_spread((), batch, context)
         assert compiled.step_spread((), batch, context) == want, (batch, context)
         assert plain.decode_steps_s(batch, [context])[0] == want
+
+
+def _flashinfer_file(tmp_path: Path, coefficient: str, where: str = "kernels") -> Path:
+    """b200-sglang's profile with its FlashInfer ``attn_decode`` fit's launch coefficient named
+    ``coefficient`` (the slot's ``c_waves_d``: as a file written before session 40), in
+    ``kernels`` or as another release's fit in ``table_releases``."""
+    data = json.loads((PROFILES / "b200-sglang.json").read_text())
+    fit = data["kernels"]["attn_decode"]
+    fit["params"] = {
+        (coefficient if k == "c_flashinfer_waves" else k): v for k, v in fit["params"].items()
+    }
+    fit["model"] = "roofline+score_elems+tiles+" + coefficient.removeprefix("c_")
+    if where == "table_releases":
+        data["kernels"]["attn_decode"] = json.loads((PROFILES / "b200-sglang.json").read_text())[
+            "kernels"
+        ]["attn_decode"]
+        data.setdefault("table_releases", {})["attn_decode"] = {
+            "default": "0.5.14",
+            "fits": {"0.5.6": fit},
+        }
+    path = tmp_path / f"{coefficient}-{where}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("where", ["kernels", "table_releases"])
+def test_a_flashinfer_fit_under_the_slot_name_is_refused(tmp_path: Path, where: str) -> None:
+    """A FlashInfer decode fit read from a file under ``c_waves_d`` is ambiguous (FA3's grid
+    before attnfix39, FlashInfer's after; review39's first item): loading refuses it with one
+    line naming the fit and the refit; ``--refit``'s ``drop`` of the family loads the rest;
+    under its own name it loads and prices as the shipped file."""
+    from twin.errors import TwinError
+
+    path = _flashinfer_file(tmp_path, "c_waves_d", where)
+    with pytest.raises(TwinError) as err:
+        Profile.load(path)
+    text = str(err.value)
+    assert "\n" not in text and str(path) in text and "--refit attn_decode" in text
+    assert ("kernels.attn_decode" if where == "kernels" else "fits.0.5.6") in text
+    kept = Profile.load(path, drop=lambda k: k.startswith("attn_decode"))
+    assert "attn_decode" not in kept.kernels
+    ok = Profile.load(_flashinfer_file(tmp_path, "c_flashinfer_waves"))
+    shipped = Profile.load(PROFILES / "b200-sglang.json")
+    assert ok.kernels["attn_decode"].params == shipped.kernels["attn_decode"].params
+
+
+def test_a_flashinfer_fit_made_in_code_is_named_for_its_grid() -> None:
+    """The fitter writes the formula's slot name (``c_waves_d``); a profile built from such a
+    fit names it for FlashInfer's grid, and an FA3 fit keeps the slot's name."""
+    from dataclasses import replace
+
+    shipped = Profile.load(PROFILES / "b200-sglang.json")
+    fit = shipped.kernels["attn_decode"]
+    slot = {("c_waves_d" if k == "c_flashinfer_waves" else k): v for k, v in fit.params.items()}
+    made = replace(
+        shipped,
+        kernels={
+            **shipped.kernels,
+            "attn_decode": replace(fit, params=slot, model="roofline+score_elems+tiles+waves_d"),
+        },
+    )
+    assert made.kernels["attn_decode"].params == fit.params
+    assert made.kernels["attn_decode"].model.endswith("+flashinfer_waves")
+    fa3 = Profile.load(PROFILES / "h100-sglang.json").kernels["attn_decode"]
+    assert "c_waves_d" in fa3.params and fa3.model.endswith("+waves_d")

@@ -174,8 +174,8 @@ def fit_params(
             best = res
     assert best is not None
     theta = np.exp(full(best.x))
-    for x, peak in f.fixed_rates:  # exactly the rate, not its log's round trip
-        theta[names.index(f"c_{x}")] = 1.0 / peaks[peak]
+    for name, rate in f.fixed_coefficients(peaks).items():  # not its log's round trip
+        theta[names.index(name)] = rate
     if f.lines > 1:  # the lines stored by latency (a stable order for the same prices)
         pairs = sorted(zip(theta[0::2], theta[1::2], strict=True))
         theta = np.array([v for pair in pairs for v in pair])

@@ -27,7 +27,8 @@ from twin.hardware import SM_COUNTS, get_gpu
 # ``mla_prefill_waves``), the BMMs' small-tile waves and the MLA decode launch's waves
 # (``mla_decode_kernels.mla_decode_launch``), the causal conv1d update's waves of CTAs
 # (``ssm_features.conv1d_features``), the attention decode launch's waves x head dim
-# (``features.attn_decode_waves_d``, ``flashinfer_decode_waves``) or TensorRT-LLM Hopper's XQA
+# (``features.attn_decode_waves_d``, ``flashinfer_decode_waves``: ``c_waves_d``,
+# ``c_flashinfer_waves``) or TensorRT-LLM Hopper's XQA
 # CTAs (``c_xqa_ctas``, one CTA's time). One SM's speed is the GPU's peak over its SMs, so these
 # scale by the FLOP ratio times the SM ratio.
 PER_SM_COEFFICIENTS = (
@@ -37,6 +38,7 @@ PER_SM_COEFFICIENTS = (
     "c_launch_waves",
     "c_cta_waves",
     "c_waves_d",
+    "c_flashinfer_waves",
     "c_xqa_ctas",
 )
 
@@ -64,8 +66,12 @@ def transfer_profile(
                 continue  # the target has no such tensor cores: it cannot price it
             peaks[needs] = spec.low_precision_peaks()[needs]
         params = dict(fit.params)
+        # A coefficient at a fixed physical rate is the target's rate, not a scaled one.
+        fixed = get_formula(name).fixed_coefficients(peaks)
         for key in params:
-            if key.startswith("c_"):
+            if key in fixed:
+                params[key] = fixed[key]
+            elif key.startswith("c_"):
                 params[key] *= flop_ratio * (sm_ratio if key in PER_SM_COEFFICIENTS else 1.0)
         kernels[name] = KernelFit(
             model=fit.model,

@@ -432,17 +432,24 @@ def decode_launch_rule(family: str, framework: str, device: str, kernel_source: 
     return UNREAD_GRID_RULE
 
 
-# The third coefficient's name by launch rule: what it prices (``profile._upgrade`` reads an
-# XQA fit written with the FA3 grid's name).
+# The third coefficient's name by launch rule: what it prices (``profile._name_launch_coefficient``
+# reads an XQA fit written with the FA3 grid's name). FlashInfer's grid has its own name since
+# session 40 (review39's first item): its ``c_waves_d`` had been fitted to FA3's grid before
+# attnfix39 and to FlashInfer's after, so a file carrying that name is ambiguous and is refused
+# (``profile.stale_launch_coefficient``); a fit made now is written ``c_flashinfer_waves``.
 XQA_COEFFICIENT = "c_xqa_ctas"
+FLASHINFER_COEFFICIENT = "c_flashinfer_waves"
 WAVES_COEFFICIENT = "c_waves_d"
 
 
 def launch_coefficient(rule: str) -> str:
     """The name of the decode fit's third coefficient under launch ``rule``: ``c_xqa_ctas``
-    (the XQA side's CTAs) under ``TRTLLM_XQA_RULE``, else ``c_waves_d`` (a grid's waves x
-    head dim)."""
-    return XQA_COEFFICIENT if rule == TRTLLM_XQA_RULE else WAVES_COEFFICIENT
+    (the XQA side's CTAs) under ``TRTLLM_XQA_RULE``, ``c_flashinfer_waves`` (FlashInfer's
+    grid's waves x head dim) under ``FLASHINFER_GRID_RULE``, else ``c_waves_d`` (the FA3 / FA2
+    grid's waves x head dim)."""
+    if rule == TRTLLM_XQA_RULE:
+        return XQA_COEFFICIENT
+    return FLASHINFER_COEFFICIENT if rule == FLASHINFER_GRID_RULE else WAVES_COEFFICIENT
 
 
 def launch_code(rule: str) -> int:

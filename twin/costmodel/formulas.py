@@ -162,6 +162,12 @@ class KernelFormula:
         """The formula's coefficient names that ``params`` carry under their alias."""
         return {a: b for a, b in self.aliases if b in params and a not in params}
 
+    def fixed_coefficients(self, peaks: dict[str, float]) -> dict[str, float]:
+        """The coefficients held at a fixed physical rate (``fixed_rates``) on a device of
+        ``peaks``: one over the peak, exactly (the fitter and the transfer to another GPU
+        both set them so, never scaling or fitting them)."""
+        return {f"c_{x}": 1.0 / peaks[peak] for x, peak in self.fixed_rates}
+
     def coefficient(self, params: dict[str, Any], feature: str) -> float:
         """Extra ``feature``'s coefficient in fit ``params``, under its own name or its
         alias (``aliases``)."""
@@ -547,10 +553,13 @@ GEMM_FP8_FIXED = (("act_quant_bytes", "mem_bw"),)
 # (``profile._upgrade``): the same prices. The third extra is the launch of the kernel each
 # table times (``features.decode_launch_rule``, helper attnfix39): a grid's waves x head dim
 # (``c_waves_d``), or on TensorRT-LLM Hopper's XQA fits the XQA side's CTAs, whose coefficient
-# is named ``c_xqa_ctas`` (``ATTN_DECODE_ALIASES``; ``profile._upgrade`` renames an XQA fit
-# written with ``c_waves_d``).
+# is named ``c_xqa_ctas``, and on SGLang's FlashInfer fits FlashInfer's grid's waves x head dim,
+# named ``c_flashinfer_waves`` (``ATTN_DECODE_ALIASES``, ``features.launch_coefficient``;
+# ``profile._name_launch_coefficient`` renames an XQA fit written with ``c_waves_d``, and a
+# FlashInfer one as the fitter writes it; a FlashInfer fit read from a file under ``c_waves_d``
+# is refused, ``profile.stale_launch_coefficient``).
 ATTN_DECODE_EXTRAS = ("score_elems", "tiles", "waves_d")
-ATTN_DECODE_ALIASES = (("c_waves_d", "c_xqa_ctas"),)
+ATTN_DECODE_ALIASES = (("c_waves_d", "c_xqa_ctas"), ("c_waves_d", "c_flashinfer_waves"))
 
 # NCCL's all-gather and reduce-scatter families' lines (``KernelFormula.lines``), the same
 # form on the ring's bytes, ``(n-1)/n B`` a GPU: NCCL's tuner prices each algorithm x

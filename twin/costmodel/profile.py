@@ -51,6 +51,7 @@ from twin.costmodel.formulas import (
     MOE_VARIANTS,
     KernelFormula,
     check_params,
+    family,
     get_formula,
     is_allreduce_kernel,
     line_params,
@@ -270,7 +271,8 @@ class TableReleases:
     def from_dict(cls, data: dict[str, Any], where: str) -> TableReleases:
         _object(data, where)
         fits = _object(data.get("fits"), f"{where}.fits")
-        unfused = _object(data.get(UNFUSED_FITS_KEY) or {}, f"{where}.{UNFUSED_FITS_KEY}")
+        # Absent: none; present, an object (``null`` or a list is a malformed file).
+        unfused = _object(data.get(UNFUSED_FITS_KEY, {}), f"{where}.{UNFUSED_FITS_KEY}")
         default_fit = data.get("default_fit", True)
         if not isinstance(default_fit, bool):
             raise TwinError(f"{where}.default_fit: must be true or false (got {default_fit!r})")
@@ -601,24 +603,33 @@ class Profile:
                     f"{SCHEMA_VERSION}; re-run twin calibrate"
                 )
             peaks = _object(data["peaks"], "peaks")
-            kernels = _object(data["kernels"], "kernels")
+            kernels = {
+                k: KernelFit.from_dict(v, f"kernels.{k}")
+                for k, v in _object(data["kernels"], "kernels").items()
+            }
+            releases = {
+                k: TableReleases.from_dict(v, f"table_releases.{k}")
+                for k, v in _object(data.get("table_releases") or {}, "table_releases").items()
+            }
+            for name, fit in kernels.items():
+                stale_launch_coefficient(name, fit, f"kernels.{name}")
+            for name, rel in releases.items():
+                for release, fit in rel.fits.items():
+                    stale_launch_coefficient(name, fit, f"table_releases.{name}.fits.{release}")
             transferred = data.get("transferred_from")
             return cls(
                 gpu=_text(data["gpu"], "gpu"),
                 device=_text(data["device"], "device"),
                 source=_text(data["source"], "source"),
                 peaks={k: _number(v, f"peaks.{k}") for k, v in peaks.items() if v is not None},
-                kernels={k: KernelFit.from_dict(v, f"kernels.{k}") for k, v in kernels.items()},
+                kernels=kernels,
                 provenance=dict(_object(data.get("provenance") or {}, "provenance")),
                 transferred_from=None
                 if transferred is None
                 else _text(transferred, "transferred_from"),
                 dtype=_text(data.get("dtype", "bfloat16"), "dtype"),
                 layer_overhead=_overhead(data.get("layer_overhead")),
-                table_releases={
-                    k: TableReleases.from_dict(v, f"table_releases.{k}")
-                    for k, v in _object(data.get("table_releases") or {}, "table_releases").items()
-                },
+                table_releases=releases,
             )
         except _Bad as bad:
             raise TwinError(f"{where}: {bad}") from None
@@ -684,6 +695,39 @@ def _upgrade(fit: KernelFit, formula: KernelFormula) -> None:
     fit.model = current
 
 
+def _launch_rule(name: str, fit: KernelFit) -> str:
+    """The decode launch rule of fit ``name`` from its ``provenance``
+    (``features.decode_launch_rule``)."""
+    src = fit.provenance or {}
+    return ft.decode_launch_rule(
+        name,
+        str(src.get("framework", "")),
+        str(src.get("device", "")),
+        str(src.get("kernel_source", "")),
+    )
+
+
+def stale_launch_coefficient(name: str, fit: KernelFit, where: str) -> None:
+    """Refuse an SGLang FlashInfer attention decode fit read from a file under the launch
+    coefficient's slot name ``c_waves_d``: written before attnfix39 (session 39) it was fitted
+    to FA3's grid, between then and session 40 to FlashInfer's, so the name no longer says
+    which (review39's first item); a fit made since is written ``c_flashinfer_waves``
+    (``features.launch_coefficient``). ``twin calibrate ... --refit attn_decode`` refits it."""
+    try:
+        formula = get_formula(name)
+    except TwinError:
+        return  # an unknown family: the profile's own check names it
+    if not formula.aliases or ft.WAVES_COEFFICIENT not in fit.params:
+        return
+    if _launch_rule(name, fit) == ft.FLASHINFER_GRID_RULE:
+        raise TwinError(
+            f"{where}: an SGLang FlashInfer decode fit names its launch coefficient "
+            f"{ft.WAVES_COEFFICIENT}, fitted to FA3's grid before session 39 and to "
+            f"FlashInfer's after; refit the family (twin calibrate --from aiconfigurator "
+            f"--refit {family(name)} ...), whose fit is written {ft.FLASHINFER_COEFFICIENT}"
+        )
+
+
 def _name_launch_coefficient(name: str, fit: KernelFit, formula: KernelFormula) -> None:
     """An aliased coefficient (``KernelFormula.aliases``: the attention decode families'
     third) under the name its launch rule gives it (``features.launch_coefficient`` of
@@ -694,14 +738,7 @@ def _name_launch_coefficient(name: str, fit: KernelFit, formula: KernelFormula) 
     name is left for the check to refuse)."""
     if not formula.aliases:
         return
-    src = fit.provenance or {}
-    rule = ft.decode_launch_rule(
-        name,
-        str(src.get("framework", "")),
-        str(src.get("device", "")),
-        str(src.get("kernel_source", "")),
-    )
-    want = ft.launch_coefficient(rule)
+    want = ft.launch_coefficient(_launch_rule(name, fit))
     # The names this formula's fit may carry now: the slot's (the name every fit of the
     # family had before session 39's review; a fit saved since attnfix39 carries it with
     # ``c_xqa_ctas``) and the one its coefficients give.

@@ -242,13 +242,12 @@ class Run:
         }
 
     def _unfused_allreduce(self) -> bool:
-        """Whether the run's layout runs its all-reduces un-fused (its kernel tables'
-        picks: ``twin.engine.run_pricing.allreduce_profile``)."""
-        from twin.engine.run_pricing import kernel_layout_of
+        """Whether the run reads the un-fused all-reduce's tables (its kernel tables'
+        picks: ``twin.engine.run_pricing.unfused_allreduce``, the prices' rule)."""
+        from twin.engine.run_pricing import kernel_layout_of, unfused_allreduce
 
-        if not self.config.mode.kernel_tables:
-            return False
-        return not kernel_layout_of(self.model, self.config, self.profile.gpu).norm_in_allreduce
+        layout = kernel_layout_of(self.model, self.config, self.profile.gpu)
+        return unfused_allreduce(layout, self.config)
 
     def horizon_s(self) -> float:
         """Simulated seconds the run is expected to span (a progress bar's total)."""

@@ -173,15 +173,26 @@ def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str) -> Kernel
     return layout
 
 
+def unfused_allreduce(layout: KernelLayout, config: EngineConfig) -> bool:
+    """Whether a run under ``config`` whose kernels ``layout`` lays out reads the un-fused
+    all-reduce's tables (``TableReleases.unfused_fits``): its kernel tables are a release's
+    (the tables are picked by release), it runs all-reduces at all (TP above 1) and runs them
+    un-fused (no norm inside them, ``KernelLayout.norm_in_allreduce`` false). The one rule of
+    the prices (:func:`allreduce_profile`) and the summary's picks (``Run.profile_info``)."""
+    return (
+        bool(config.mode.kernel_tables) and config.cluster.tp > 1 and not layout.norm_in_allreduce
+    )
+
+
 def allreduce_profile(profile: Any, layout: KernelLayout, config: EngineConfig) -> Any:
     """``profile`` (at the run's kernel tables' release, ``Profile.at_release``) with the
-    all-reduce fits ``layout`` runs: a layout whose all-reduces run un-fused (no norm
-    inside them, ``KernelLayout.norm_in_allreduce`` false) reads the tables that time the
-    un-fused op's own picks too (``Profile.with_unfused_allreduce``;
+    all-reduce fits ``layout`` runs: a layout whose all-reduces run un-fused
+    (:func:`unfused_allreduce`) reads the tables that time the un-fused op's own picks too
+    (``Profile.with_unfused_allreduce``;
     ``twin.calibration.aic_collectives.UNFUSED_TWOSHOT_TABLES``), a fused one does not."""
-    if layout.norm_in_allreduce or not isinstance(profile, Profile):
+    if not unfused_allreduce(layout, config) or not isinstance(profile, Profile):
         return profile
-    return profile.with_unfused_allreduce(config.mode.kernel_tables or None)
+    return profile.with_unfused_allreduce(config.mode.kernel_tables)
 
 
 def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
