@@ -4,7 +4,7 @@ Run: ``python benchmarks/bench_mla_kernels.py`` (reads the shipped profiles). Wr
 ``benchmarks/results/mla-kernels.json`` and prints every miss of issue #34's targets
 (held-out median |relative error| <= 5%, P90 <= 15%). The held-out rows are a seeded
 quarter of each family's table rows (``twin.calibration.fit.split_holdout``) that the fit
-never saw; nothing is tuned on them. Families (``twin.costmodel.formulas.mla_kernel``):
+never saw; nothing is tuned on them. Families (``twin.costmodel.mla_families.mla_kernel``):
 the attention kernels (``mla_prefill``, ``mla_decode``; ``_fp8kv`` over an fp8 cache), the
 absorbed decode's BMMs (``mla_bmm``, ``mla_bmm_fp8``) and the whole attention module per
 phase (``mla_module_prefill``/``_decode``, per GEMM mode and KV dtype), fitted by

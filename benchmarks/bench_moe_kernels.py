@@ -43,7 +43,8 @@ from kernel_targets import (
 )
 
 from twin.costmodel import moe_features as moe_ft
-from twin.costmodel.formulas import MOE_VARIANTS, moe_mxfp8_activation_kernel
+from twin.costmodel.formulas import MOE_VARIANTS
+from twin.costmodel.moe_families import moe_mxfp8_activation_kernel
 from twin.costmodel.profile import KernelFit, Profile
 
 RESULTS = Path(__file__).parent / "results" / "moe-kernels.json"

@@ -21,7 +21,8 @@ from twin.calibration.fit import fit_kernel
 from twin.cli.main import run as twin
 from twin.costmodel import a2a
 from twin.costmodel import latency as lat
-from twin.costmodel.formulas import A2A_VARIANTS, a2a_kernel, get_formula
+from twin.costmodel.collective_families import a2a_kernel
+from twin.costmodel.formulas import A2A_VARIANTS, get_formula
 from twin.costmodel.profile import KernelFit, _upgrade
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import EngineConfig

@@ -1,5 +1,5 @@
 """The all-reduce families as the least of three latency-plus-bandwidth lines
-(``formulas.ALLREDUCE_LINES``, ``KernelFormula.lines``): each compiled form prices the
+(``collective_families.ALLREDUCE_LINES``, ``KernelFormula.lines``): each compiled form prices the
 least line, a fit recovers three lines it was generated from, and the shipped H200
 SGLang fit follows NVIDIA's table at a small and a large message, where one line missed
 by a third either way."""
@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 from twin.calibration.fit import fit_kernel, predict_rows
+from twin.costmodel import collective_families as colf
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
+from twin.costmodel import kernel_formula as kf
 from twin.costmodel import latency as lat
 from twin.costmodel.profile_store import load_profile
 from twin.errors import TwinError
@@ -37,14 +39,14 @@ def _least(nbytes: float, params: dict[str, float]) -> float:
     ring = ft.allreduce_features(nbytes, 8)[1]
     return min(
         params[t0] + ring / (params[eff] * PEAKS["interconnect_bw"])
-        for t0, eff in (fm.line_params(i) for i in (1, 2, 3))
+        for t0, eff in (kf.line_params(i) for i in (1, 2, 3))
     )
 
 
 def test_every_form_prices_the_least_line() -> None:
-    kernel = fm.allreduce_kernel(8)
+    kernel = colf.allreduce_kernel(8)
     assert fm.get_formula(kernel).model_name == "min3_bandwidth"
-    assert fm.get_formula(fm.nccl_allreduce_kernel(8)).param_names == tuple(LINES)
+    assert fm.get_formula(colf.nccl_allreduce_kernel(8)).param_names == tuple(LINES)
     fast = lat.compile_fast(kernel, LINES, PEAKS)
     rows = [{"flops": 0.0, "bytes": ft.allreduce_features(b, 8)[1], "median_s": 1.0} for b in SIZES]
     batch = predict_rows(kernel, LINES, PEAKS, rows)
@@ -78,7 +80,7 @@ def test_a_fit_recovers_three_lines() -> None:
         }
         for b in SIZES
     ]
-    fit = fit_kernel(fm.allreduce_kernel(8), rows, PEAKS)
+    fit = fit_kernel(colf.allreduce_kernel(8), rows, PEAKS)
     assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err < 0.02
     assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err < 0.05
     # The lines come out ordered by latency, as generated.
@@ -92,7 +94,7 @@ def test_shipped_h200_sglang_fit_follows_its_table() -> None:
     from twin.calibration.aic_tables import system_dir
 
     profile = load_profile("h200-sglang")
-    kernel = fm.allreduce_kernel(8)
+    kernel = colf.allreduce_kernel(8)
     fam = next(
         f for f in allreduce_rows(system_dir("h200"), "sglang", "0.5.14") if f.kernel == kernel
     )
@@ -112,7 +114,7 @@ def test_a_one_line_profile_still_loads_at_its_prices(tmp_path: Path) -> None:
     data = json.loads(
         resources.files("twin.calibration").joinpath("profiles/h200-sglang.json").read_text()
     )
-    kernel = fm.allreduce_kernel(8)
+    kernel = colf.allreduce_kernel(8)
     old = {"t0_s": 5e-6, "eff_bytes": 0.4}
     data["kernels"][kernel]["model"] = "bandwidth"
     data["kernels"][kernel]["params"] = dict(old)

@@ -1,5 +1,5 @@
 """NCCL's all-gather and reduce-scatter families as the least of three latency-plus-
-bandwidth lines (``formulas.GATHER_LINES``, ``KernelFormula.lines``): the cost model's
+bandwidth lines (``collective_families.GATHER_LINES``, ``KernelFormula.lines``): the cost model's
 gather and scatter price the least line on the ring's bytes, a fit of NCCL's rows (what
 ``twin calibrate --refit allgather`` runs) comes out in that form, and the shipped H200
 TensorRT-LLM fit follows NVIDIA's table where one line missed by a fifth either way."""
@@ -15,8 +15,10 @@ import pytest
 
 from twin.calibration.fit import fit_kernel, predict_rows
 from twin.costmodel import CostModel
+from twin.costmodel import collective_families as colf
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
+from twin.costmodel import kernel_formula as kf
 from twin.costmodel import latency as lat
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import load_profile, resolve_profile
@@ -37,21 +39,21 @@ OPS = ("allgather", "reducescatter")
 def _least(ring_bytes: float, params: dict[str, float], bw: float) -> float:
     return min(
         params[t0] + ring_bytes / (params[eff] * bw)
-        for t0, eff in (fm.line_params(i) for i in (1, 2, 3))
+        for t0, eff in (kf.line_params(i) for i in (1, 2, 3))
     )
 
 
 def test_the_formula_has_the_lines() -> None:
     for op in OPS:
-        f = fm.get_formula(fm.collective_kernel(op, 8))
-        assert f.lines == fm.GATHER_LINES == 3
+        f = fm.get_formula(colf.collective_kernel(op, 8))
+        assert f.lines == colf.GATHER_LINES == 3
         assert f.model_name == "min3_bandwidth"
         assert f.param_names == tuple(LINES)
 
 
 def test_the_cost_model_prices_the_least_line_of_a_gather_and_a_scatter() -> None:
     model, prof = get_model("deepseek-r1"), resolve_profile("b200", None, "trtllm")
-    fits = {fm.collective_kernel(op, 8): KernelFit("min3_bandwidth", dict(LINES)) for op in OPS}
+    fits = {colf.collective_kernel(op, 8): KernelFit("min3_bandwidth", dict(LINES)) for op in OPS}
     cost = CostModel(model, dataclasses.replace(prof, kernels={**prof.kernels, **fits}), 8, ep=8)
     bw = prof.peaks["interconnect_bw"]
     ring_sizes = []
@@ -62,7 +64,7 @@ def test_the_cost_model_prices_the_least_line_of_a_gather_and_a_scatter() -> Non
         assert cost.gather_time(nbytes) == pytest.approx(want, rel=1e-12)
         assert cost.scatter_time(nbytes) == pytest.approx(want, rel=1e-12)
         # The fit's vectorised model and the one-off predict: the same least line.
-        kernel = fm.collective_kernel("allgather", 8)
+        kernel = colf.collective_kernel("allgather", 8)
         row = {"flops": 0.0, "bytes": ring, "median_s": 1.0}
         assert predict_rows(kernel, LINES, prof.peaks, [row])[0] == pytest.approx(want, rel=1e-12)
         assert lat.predict(kernel, LINES, prof.peaks, 0.0, ring) == pytest.approx(want, rel=1e-12)
@@ -100,7 +102,7 @@ def test_shipped_h200_trtllm_gather_follows_its_table() -> None:
     from twin.calibration.aic_tables import system_dir
 
     prof = load_profile("h200-trtllm")
-    kernel = fm.collective_kernel("allgather", 4)
+    kernel = colf.collective_kernel("allgather", 4)
     fam = next(f for f in gather_rows(system_dir("h200")) if f.kernel == kernel)
     table = {r["shape"]["bytes"]: r["median_s"] for r in fam.rows}
     price = lat.compile_fast(kernel, prof.kernels[kernel].params, prof.peaks)
@@ -117,7 +119,7 @@ def test_a_one_line_gather_still_loads_at_its_prices(tmp_path: Path) -> None:
     data = json.loads(
         resources.files("twin.calibration").joinpath("profiles/h200-trtllm.json").read_text()
     )
-    kernel = fm.collective_kernel("reducescatter", 8)
+    kernel = colf.collective_kernel("reducescatter", 8)
     old = {"t0_s": 1.1e-5, "eff_bytes": 0.6}
     data["kernels"][kernel]["model"] = "bandwidth"
     data["kernels"][kernel]["params"] = dict(old)

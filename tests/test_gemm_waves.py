@@ -12,6 +12,7 @@ from twin.calibration.fit import fit_params, predict_rows
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import moe_families as moef
 from twin.costmodel.profile import KernelFit, _upgrade
 
 H100_SMS = 132  # twin.hardware.SM_COUNTS["h100"]
@@ -47,7 +48,7 @@ def test_features_carry_the_waves_of_the_sm_count() -> None:
     assert ft.gemm_features(129, 4096, 1024, 2)[2]["wave_k"] == 0.0  # no SM count
 
 
-@pytest.mark.parametrize("kernel", ["gemm", *(f"gemm_{m}" for m in fm.PRECISION_GEMMS)])
+@pytest.mark.parametrize("kernel", ["gemm", *(f"gemm_{m}" for m in moef.PRECISION_GEMMS)])
 def test_every_gemm_family_reads_the_waves(kernel: str) -> None:
     assert fm.get_formula(kernel).extras == ("weight_elems", "wave_k")
 

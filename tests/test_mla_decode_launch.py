@@ -23,6 +23,7 @@ from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_decode_kernels as mdk
+from twin.costmodel import mla_families as mlaf
 from twin.costmodel import mla_features as mf
 from twin.costmodel import mla_module as mmod
 from twin.costmodel.profile import KernelFit, _upgrade
@@ -186,11 +187,11 @@ def test_the_reader_gives_blackwell_decode_rows_their_launch(tmp_path: Path) -> 
     (fam,) = aic_mla.kernel_rows(tmp_path / "b200_sxm", "sglang")
     row = fam.rows[0]
     want = mdk.mla_decode_launch("trtllm_gen", 32, 32 * 4096, 1, aic_mla.dims(32), 2, 148)
-    got = tuple(row[x] for x in (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL))
+    got = tuple(row[x] for x in (*mlaf.MLA_DECODE_LAUNCH, *mlaf.MLA_DECODE_SERIAL))
     assert got == want and want[2] > 0
     # the same row on an H200 timing FA3: its rule; another kernel source: none
     (fam,) = aic_mla.kernel_rows(tmp_path / "h200_sxm", "sglang")
-    got = tuple(fam.rows[0][x] for x in (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL))
+    got = tuple(fam.rows[0][x] for x in (*mlaf.MLA_DECODE_LAUNCH, *mlaf.MLA_DECODE_SERIAL))
     assert got == mdk.mla_decode_launch("fa3", 32, 32 * 4096, 1, aic_mla.dims(32), 2, 132)
     assert got[-1] > 0
 
@@ -208,7 +209,7 @@ def test_the_reader_gives_decode_module_rows_their_attention_launch(tmp_path: Pa
         folder.mkdir(parents=True)
         table = pa.Table.from_pylist([{**row, "kernel_source": source}])
         pq.write_table(table, folder / "mla_generation_module_perf.parquet")
-    names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
+    names = (*mlaf.MLA_DECODE_LAUNCH, *mlaf.MLA_DECODE_SERIAL)
     (fam,) = aic_mla.module_rows(tmp_path / "b200_sxm", "vllm")
     assert fam.kernel == "mla_module_decode"
     want = mdk.mla_decode_launch("trtllm_gen", 32, 32 * 4097, 1, aic_mla.dims(32), 2, 148)
@@ -230,7 +231,7 @@ def test_an_old_decode_fit_reads_with_zero_launch_terms() -> None:
     )
     _upgrade(fit, fm.get_formula("mla_decode_fp8kv"))
     assert fit.model == fm.get_formula("mla_decode").model_name
-    zero = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_KERNEL_REPLAY, *fm.MLA_DECODE_SERIAL)
+    zero = (*mlaf.MLA_DECODE_LAUNCH, *mlaf.MLA_KERNEL_REPLAY, *mlaf.MLA_DECODE_SERIAL)
     assert all(fit.params[f"c_{x}"] == 0 for x in zero)
 
 

@@ -16,9 +16,9 @@ from twin.calibration import aic_mla
 from twin.calibration.aic_mla import dims
 from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel
-from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_decode_kernels as mdk
+from twin.costmodel import mla_families as mlaf
 from twin.costmodel import mla_features as mf
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import get_gpu
@@ -95,7 +95,7 @@ def test_the_reader_gives_hopper_trtllm_rows_the_flashmla_launch(tmp_path: Path)
     for key, kv_e in (("mla_decode", 2), ("mla_decode_fp8kv", 1)):
         row = fams[key].rows[0]
         want = mdk.mla_decode_launch("flashmla", 64, 64 * 8192, 1, dims(16), kv_e, sms)
-        names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
+        names = (*mlaf.MLA_DECODE_LAUNCH, *mlaf.MLA_DECODE_SERIAL)
         assert tuple(row[x] for x in names) == want
         assert row["tiles"] == 64 * 16
 

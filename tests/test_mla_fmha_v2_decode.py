@@ -14,7 +14,7 @@ from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
-from twin.costmodel.formulas import FLOOR_PARAM
+from twin.costmodel.kernel_formula import FLOOR_PARAM
 from twin.costmodel.profile import KernelFit, _upgrade
 from twin.costmodel.profile_store import load_profile
 

@@ -19,6 +19,7 @@ from twin.calibration import aic_mla
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import mla_decode_kernels as mdk
+from twin.costmodel import mla_families as mlaf
 from twin.costmodel import mla_module as mmod
 from twin.costmodel.features import REPLAY_L2_SHARE
 from twin.costmodel.profile import KernelFit, _upgrade
@@ -116,7 +117,7 @@ def test_the_reader_gives_triton_mla_module_rows_their_launch_and_l2(tmp_path) -
     fam = _read_one_l40s_vllm_row(tmp_path, row, "mla_generation_module_perf.parquet")
     r = fam.rows[0]
     want = mdk.mla_decode_launch("vllm_triton", 1, 2, 1, aic_mla.dims(16), 2, 142)
-    names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
+    names = (*mlaf.MLA_DECODE_LAUNCH, *mlaf.MLA_DECODE_SERIAL)
     assert tuple(r[x] for x in names) == want and want[0] > 0
     module = _module(16)
     assert r["bytes"] == 0 and r["l2_bytes"] == module[1] + module[4] > 0

@@ -1,6 +1,6 @@
 """The MLA prefill kernel's bytes its table's CUDA-graph replays read from L2
-(``formulas.MLA_KERNEL_REPLAY``), and the prefill module's context-attention waves
-(``formulas.MLA_MODULE_PREFILL_SERIAL``): issue 34, helper ``mlamod37``."""
+(``mla_families.MLA_KERNEL_REPLAY``), and the prefill module's context-attention waves
+(``mla_families.MLA_MODULE_PREFILL_SERIAL``): issue 34, helper ``mlamod37``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from twin.calibration import aic_mla
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import mla_families as mlaf
 from twin.costmodel import mla_features as mf
 from twin.costmodel.profile_store import load_profile
 from twin.costmodel.step_features import aggregate_step
@@ -43,10 +44,10 @@ def test_a_prefill_working_set_that_fits_in_l2_is_read_from_it() -> None:
 
 
 def test_the_prefill_kernel_formula_reads_its_l2_bytes_before_its_waves() -> None:
-    for kv in fm.MLA_KV.values():
+    for kv in mlaf.MLA_KV.values():
         f = fm.get_formula(f"mla_prefill{kv}")
-        assert f.extras == ("tiles", "seq_keys", *fm.MLA_KERNEL_REPLAY)
-        assert f.serial == fm.MLA_PREFILL_SERIAL
+        assert f.extras == ("tiles", "seq_keys", *mlaf.MLA_KERNEL_REPLAY)
+        assert f.serial == mlaf.MLA_PREFILL_SERIAL
         assert f.model_name == "roofline+tiles+seq_keys+l2_bytes+waves"
 
 

@@ -26,6 +26,7 @@ from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_bmm as mbmm
 from twin.costmodel import mla_decode_kernels as mdk
+from twin.costmodel import mla_families as mlaf
 from twin.costmodel import mla_features as mf
 from twin.costmodel import mla_module as mmod
 from twin.costmodel.features import REPLAY_L2_SHARE
@@ -275,29 +276,29 @@ def test_every_mla_family_has_a_formula() -> None:
         block = ("block_keys",) if key.startswith("mla_decode") else ()
         # the decode module's working set read from L2 in the tables' replays after them
         # (the attention kernel's too: ``mla_features.kernel_replay_l2``)
-        l2 = fm.MLA_MODULE_REPLAY if key.startswith("mla_module_decode") else ()
-        l2 = fm.MLA_KERNEL_REPLAY if key.startswith(("mla_decode", "mla_prefill")) else l2
-        assert f.extras in (("tiles", "seq_keys", *block, *launch, *l2), fm.MLA_BMM_EXTRAS)
+        l2 = mlaf.MLA_MODULE_REPLAY if key.startswith("mla_module_decode") else ()
+        l2 = mlaf.MLA_KERNEL_REPLAY if key.startswith(("mla_decode", "mla_prefill")) else l2
+        assert f.extras in (("tiles", "seq_keys", *block, *launch, *l2), mlaf.MLA_BMM_EXTRAS)
         # the modules price their attention kernel after the GEMMs' smooth maximum
         module = key.startswith("mla_module")
         prefill = key.startswith("mla_prefill")
         bmm = key.startswith("mla_bmm")  # after them, its quantisation's and k-loop's steps
         # the prefill module's after them: its context attention's waves (``mla_prefill``'s)
         module_serial = (
-            fm.MLA_MODULE_PREFILL_SERIAL
+            mlaf.MLA_MODULE_PREFILL_SERIAL
             if key.startswith("mla_module_prefill")
-            else fm.MLA_MODULE_SERIAL
+            else mlaf.MLA_MODULE_SERIAL
         )
-        serial = module_serial if module else fm.MLA_PREFILL_SERIAL if prefill else ()
+        serial = module_serial if module else mlaf.MLA_PREFILL_SERIAL if prefill else ()
         serial = ("quant_steps", "k_steps") if bmm else serial
         after = ("kv_repeat", "partials", "critical_keys") if decode else ()
         assert f.serial == (*serial, *after)
         base = "gemms_roofline+" if module else "hbm_roofline+" if bmm else "roofline+"
         assert f.model_name.startswith(base)
-    assert fm.mla_kernel("mla_module_decode", "fp8_block", "fp8") == (
+    assert mlaf.mla_kernel("mla_module_decode", "fp8_block", "fp8") == (
         "mla_module_decode_fp8_block_fp8kv"
     )
-    assert fm.mla_kernel("mla_bmm", "fp8") == "mla_bmm_fp8"
+    assert mlaf.mla_kernel("mla_bmm", "fp8") == "mla_bmm_fp8"
 
 
 def test_the_engine_holds_mla_tokens_at_their_replicated_bytes() -> None:
@@ -429,7 +430,7 @@ def test_each_serial_term_prices_the_module() -> None:
     sums = mmod.mla_module_decode_sums(dims(16), 32, 32 * 4097, 2, *cm.priced.mla_gemm_bytes, 2)
     feats = mmod.module_decode_features(sums, mdk.NO_LAUNCH)
     price = lat.compile_fast(key, fit.params, prof.peaks)
-    for name, value in zip(fm.MLA_MODULE_SERIAL, sums[4:], strict=True):
+    for name, value in zip(mlaf.MLA_MODULE_SERIAL, sums[4:], strict=True):
         c = fit.params[f"c_{name}"]
         assert c > 0 and value > 0
         broken = lat.compile_fast(key, {**fit.params, f"c_{name}": 0.0}, prof.peaks)
@@ -445,7 +446,7 @@ def test_a_module_fit_of_the_old_form_is_refused_in_one_line(tmp_path: Path) -> 
     key = "mla_module_decode"
     fit = out["kernels"][key]
     fit["model"] = "roofline+tiles+seq_keys"
-    serial = {f"c_{x}" for x in fm.MLA_MODULE_SERIAL}
+    serial = {f"c_{x}" for x in mlaf.MLA_MODULE_SERIAL}
     fit["params"] = {k: v for k, v in fit["params"].items() if k not in serial}
     path = tmp_path / "old.json"
     path.write_text(json.dumps(out))

@@ -149,7 +149,7 @@ def test_h200_sglang_059_decode_module_known_answer() -> None:
 
 def test_a_bf16_cache_on_sglang_059_takes_the_module_its_tables_timed() -> None:
     """SGLang's module tables say fp8-KV but ran SGLang's default (bf16) cache
-    (``formulas.SGLANG_MLA_MODULE_TABLES``): DeepSeek-R1 fp8 at a bf16 cache on H200
+    (``mla_families.SGLANG_MLA_MODULE_TABLES``): DeepSeek-R1 fp8 at a bf16 cache on H200
     (InferenceMAX's ``dsr1_fp8_h200.sh``) is priced by them, at the features they were
     fitted with, as the fp8-labelled pick is; 0.5.14 (kernel tables of both caches)
     keeps its bf16-KV kernel fit."""
@@ -239,7 +239,7 @@ def test_h200_sglang_0510_prefill_module_at_8k_tokens_known_answer() -> None:
     (``h200_sxm/mla/sglang/0.5.10/wideep_context_mla_perf.parquet``). A fit that put the
     eager collection's host time in series with the kernels priced it 1.40 ms (+19%; 4,096
     and 16,384 tokens +18-23% too); with the host time as a floor the kernels hide under
-    (``formulas.MLA_MODULE_PREFILL_FLOOR``) 1.28 ms. Fit rows and held-out rows alike: the
+    (``mla_families.MLA_MODULE_PREFILL_FLOOR``) 1.28 ms. Fit rows and held-out rows alike: the
     bias was along the whole prompt axis past ~2k tokens."""
     kernel = "mla_module_prefill_fp8_fp8kv"
     prof = load_profile("h200", "sglang").at_release("0.5.13")  # the 0.5.10 tables

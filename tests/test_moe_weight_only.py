@@ -15,6 +15,7 @@ from twin import precision as px
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import moe_families as moef
 from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.precision_kernels import SHARED_AS_LINEAR_NOTE, priced_precision
 from twin.costmodel.profile_store import resolve_profile
@@ -199,7 +200,7 @@ def test_trtllm_small_steps_take_the_min_latency_kernel() -> None:
     assert priced_precision(m, prof).keys["moe_small"] == "moe_nvfp4_min_latency"
     assert "moe_small" not in priced_precision(m, resolve_profile("b200", None, "vllm")).keys
     cm = CostModel(m, prof, 8, ep=8)
-    at = fm.MOE_MIN_LATENCY_MAX_TOKENS
+    at = moef.MOE_MIN_LATENCY_MAX_TOKENS
     for t, key in ((at, "moe_nvfp4_min_latency"), (at + 1, "moe_nvfp4")):
         step = cm.step((), [1000] * t, breakdown=True)
         got = step.items["moe"]["moe"]  # type: ignore[union-attr]
@@ -215,6 +216,8 @@ def test_the_min_latency_rows_are_a_family_of_their_own() -> None:
 
     fams = {f.kernel: f for f in moe_rows(system_dir("b200"), "trtllm")}
     small, default = fams["moe_nvfp4_min_latency"], fams["moe_nvfp4"]
-    assert small.kernel_source == fm.MOE_MIN_LATENCY_SOURCE != default.kernel_source
-    assert small.rows and max(r["shape"]["t"] for r in small.rows) == fm.MOE_MIN_LATENCY_MAX_TOKENS
+    assert small.kernel_source == moef.MOE_MIN_LATENCY_SOURCE != default.kernel_source
+    assert (
+        small.rows and max(r["shape"]["t"] for r in small.rows) == moef.MOE_MIN_LATENCY_MAX_TOKENS
+    )
     assert "moe_int4_wo" not in fams and "moe_mxfp4" in fams

@@ -14,13 +14,13 @@ from silicon_rows import planned, silicon_row
 from twin.calibration import aic_moe
 from twin.calibration import aic_tables as at
 from twin.costmodel import CostModel
-from twin.costmodel import formulas as fm
+from twin.costmodel import moe_families as moef
 from twin.costmodel.moe_layout import measured_ep
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine.run_pricing import priced_profile
 from twin.presets import get_model
 
-FAMILY = fm.moe_mxfp8_activation_kernel("mxfp4")
+FAMILY = moef.moe_mxfp8_activation_kernel("mxfp4")
 SOURCE = "moe_torch_flow"
 
 

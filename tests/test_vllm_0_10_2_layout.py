@@ -12,8 +12,8 @@ import pytest
 from silicon_rows import silicon_row
 
 from twin.costmodel import CostModel
+from twin.costmodel import collective_families as colf
 from twin.costmodel import features as ft
-from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile_store import load_profile
@@ -52,8 +52,8 @@ def _allreduce(gpu: str, tp: int, tokens: int, layout: KernelLayout | None = Non
 
 def test_hopper_tp8_runs_nccl_from_256_kib() -> None:
     profile = load_profile("h200", "vllm")
-    fit = profile.kernels[fm.nccl_allreduce_kernel(8)]
-    nccl = lat.compile_fast(fm.nccl_allreduce_kernel(8), fit.params, profile.peaks)
+    fit = profile.kernels[colf.nccl_allreduce_kernel(8)]
+    nccl = lat.compile_fast(colf.nccl_allreduce_kernel(8), fit.params, profile.peaks)
     # 16 tokens x 8,192 x 2 bytes = 256 KiB: not below the limit, NCCL's
     flops, ring, _ = ft.allreduce_features(16 * 8192 * 2, 8)
     assert _allreduce("h200", 8, 16, LIMIT) == pytest.approx(nccl(flops, ring), rel=1e-12)

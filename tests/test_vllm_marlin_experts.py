@@ -15,7 +15,7 @@ from test_engine_helpers import single_turns
 import twin.precision as px
 from twin.calibration import aic_moe
 from twin.calibration import aic_tables as at
-from twin.costmodel import formulas as fm
+from twin.costmodel import moe_families as moef
 from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.engine_kernels import MARLIN_EXPERT_SCALE
 from twin.costmodel.latency import predict
@@ -41,7 +41,7 @@ def expert_s(profile, family: str, tokens: int, moe_tp: int = 1) -> float:
         "kernel_source": str(fit.provenance.get("kernel_source", "")),
     }
     # the mxfp8-activation family's rows carry the table's own mode (its token tile)
-    mxfp8 = family == fm.moe_mxfp8_activation_kernel("mxfp4")
+    mxfp8 = family == moef.moe_mxfp8_activation_kernel("mxfp4")
     mode = moe_ft.MXFP8_ACTIVATION_MODE if mxfp8 else None
     row = aic_moe.moe_row(shape, px.WEIGHT_FORMATS["mxfp4"], family, 1.0, table_mode=mode)
     extras = {k: v for k, v in row.items() if k not in ("kernel", "flops", "bytes", "median_s")}

@@ -15,13 +15,14 @@ from test_vllm_marlin_experts import expert_s, gpt_oss_request
 from twin.calibration import aic_moe
 from twin.calibration import aic_tables as at
 from twin.costmodel import formulas as fm
+from twin.costmodel import moe_families as moef
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.validate import silicon as sil
 
-FAMILY = fm.moe_mxfp8_activation_kernel("mxfp4")
+FAMILY = moef.moe_mxfp8_activation_kernel("mxfp4")
 
 
 def test_the_family_prices_with_the_mxfp4_experts_features_and_peak():

@@ -1,6 +1,6 @@
 """NVIDIA's MoE all-to-all tables (``aiconfigurator-core`` 0.12.0) as the twin's rows.
 
-Families ``a2a_<mode>_<phase>`` (``twin.costmodel.formulas.a2a_kernel``; features
+Families ``a2a_<mode>_<phase>`` (``twin.costmodel.collective_families.a2a_kernel``; features
 ``twin.costmodel.a2a``): DeepEP's dispatch and combine in its high-throughput (``ht``,
 "normal") and low-latency (``ll``) modes, per engine, from
 ``systems/data/<gpu>/comm/<engine>/<version>/``:
@@ -45,7 +45,7 @@ from typing import Any
 from twin.calibration.aic_mla import system_sms
 from twin.calibration.aic_tables import FamilyRows, _family, _read, _row, _versions
 from twin.costmodel.a2a import a2a_features
-from twin.costmodel.formulas import A2A_MODES, A2A_PHASES, a2a_kernel
+from twin.costmodel.collective_families import A2A_MODES, A2A_PHASES, a2a_kernel
 from twin.costmodel.table_release import pick_version
 from twin.errors import TwinError
 
@@ -70,7 +70,7 @@ BACKENDS = {
 # ``ll`` families read SGLang's table of the same DeepEP kernels (its newest release: vLLM's
 # releases do not order SGLang's). The ``ht`` rows keep vLLM's own table: that path runs
 # eager and pays its host floor (``KernelFormula.floor``, every all-to-all family's: the
-# comment on ``formulas.A2A_EXTRAS``).
+# comment on ``collective_families.A2A_EXTRAS``).
 KERNEL_TABLES = {("vllm", "ll"): "sglang"}
 WIRE_DTYPES = {"trtllm": {"bfloat16"}, "vllm": {"default"}}
 # Wire formats whose rows time the *same* kernel as the read one (repeats of a shape), per

@@ -18,8 +18,8 @@ from twin.calibration.aic_tables import (
     latest_version,
     release_version,
 )
+from twin.costmodel import collective_families as colf
 from twin.costmodel import features as ft
-from twin.costmodel import formulas as fm
 
 
 def _nccl_by_size(
@@ -91,7 +91,7 @@ def gather_rows(system: Path) -> list[FamilyRows]:
     families: list[FamilyRows] = []
     for op_name, op in NCCL_GATHER_OPS.items():
         by_size, device = _nccl_by_size(system, op_name)
-        kernel_of = functools.partial(fm.collective_kernel, op)
+        kernel_of = functools.partial(colf.collective_kernel, op)
         families += _collective_families(by_size, device, kernel_of, "", op, ft.gather_features)
     return sorted(families, key=lambda f: f.kernel)
 
@@ -162,7 +162,7 @@ def allreduce_rows(
             by_size[key] = (float(r["latency"]), label, table)
             device = device or str(r.get("device", ""))
     release_name = custom_dir.name if custom_dir is not None else ""
-    return _collective_families(by_size, device, fm.allreduce_kernel, release_name)
+    return _collective_families(by_size, device, colf.allreduce_kernel, release_name)
 
 
 def unfused_allreduce_rows(system: Path, engine: str) -> dict[str, dict[str, FamilyRows]]:
@@ -182,4 +182,4 @@ def nccl_allreduce_rows(system: Path) -> list[FamilyRows]:
     what an engine runs above its custom all-reduce's size limit
     (``twin.costmodel.kernel_layout.KernelLayout.custom_allreduce_max_bytes``)."""
     by_size, device = _nccl_by_size(system)
-    return _collective_families(by_size, device, fm.nccl_allreduce_kernel, "")
+    return _collective_families(by_size, device, colf.nccl_allreduce_kernel, "")

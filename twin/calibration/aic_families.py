@@ -32,7 +32,7 @@ fp8 KV cache). Which table feeds which kernel family:
   pair timed slow from B300's die's;
   ``moe_nvfp4_min_latency`` TensorRT-LLM's min-latency nvfp4 rows (kernel source
   ``moe_torch_flow_min_latency``) of at most 128 tokens, the steps it prices
-  (``twin.costmodel.formulas.MOE_MIN_LATENCY_MAX_TOKENS``);
+  (``twin.costmodel.moe_families.MOE_MIN_LATENCY_MAX_TOKENS``);
 - ``moe_mxfp4_mxfp8`` (vLLM only): the mxfp4 experts with mxfp8 activations, SGLang's
   rows of the FlashInfer kernel vLLM runs for them
   (:func:`calibration.aic_moe.mxfp8_activation_rows`);
@@ -60,7 +60,7 @@ from twin.calibration.aic_tables import (
     system_dir,
     table_versions,
 )
-from twin.costmodel import formulas as fm
+from twin.costmodel import moe_families as moef
 from twin.errors import TwinError
 
 
@@ -85,7 +85,7 @@ def read_families(
         *(gather_rows(system) if engine == "trtllm" else ()),
         *nccl_allreduce_rows(system),
         # The precision families (twin.precision): each quantised GEMM mode, fp8 KV.
-        *(gemm_rows(system, engine, mode, release) for mode in fm.PRECISION_GEMMS),
+        *(gemm_rows(system, engine, mode, release) for mode in moef.PRECISION_GEMMS),
         attention_rows(system, engine, "prefill", "fp8", release),
         attention_rows(system, engine, "decode", "fp8", release),
         # Issue 34: the fused-MoE experts of each format, the MLA families.

@@ -56,6 +56,7 @@ from twin.calibration.aic_tables import (
     system_sm_count,
 )
 from twin.costmodel import formulas as fm
+from twin.costmodel import mla_families as mlaf
 from twin.costmodel.mla_bmm import bmm_k_steps, bmm_quant_rule, bmm_quant_steps, mla_bmm_features
 from twin.costmodel.mla_decode_kernels import (
     TRTLLM_MLA_SOURCE,
@@ -204,7 +205,7 @@ def _bmm_row(
     flops, hbm, *launch = mla_bmm_features(t, h, k, n, ELEM_BYTES, *operands, sms, l2)
     shape = {"t": t, "h": h, "k": k, "n": n}
     quant = bmm_quant_steps(rule, t, h, k, sms)
-    extras = dict(zip(fm.MLA_BMM_EXTRAS, launch, strict=True))
+    extras = dict(zip(mlaf.MLA_BMM_EXTRAS, launch, strict=True))
     extras.update(quant_steps=quant, k_steps=bmm_k_steps(k))
     return _row(kernel, (flops, hbm, extras), r["latency"], shape)
 
@@ -242,7 +243,7 @@ def kernel_rows(
         sources = PREFILL_SOURCES.get(engine) if phase == "prefill" else None
         if sources is not None:
             raw = [r for r in raw if r.get("kernel_source") in sources]
-        for dtype, kv in fm.MLA_KV.items():
+        for dtype, kv in mlaf.MLA_KV.items():
             mine = [r for r in raw if KV_DTYPES.get(str(r.get("kv_cache_dtype"))) == dtype]
             if not mine:
                 continue
@@ -321,7 +322,7 @@ def module_rows(
             and (phase != "prefill" or prefill_form(engine, r))
         ]
         for gemm, fmt_name in MODULE_FORMATS.items():
-            for dtype in fm.MLA_KV:
+            for dtype in mlaf.MLA_KV:
                 mine = [
                     r
                     for r in raw
@@ -330,7 +331,7 @@ def module_rows(
                 ]
                 if not mine:
                     continue
-                kernel = fm.mla_kernel(f"mla_module_{phase}", gemm, dtype)
+                kernel = mlaf.mla_kernel(f"mla_module_{phase}", gemm, dtype)
                 kv_e = px.KV_FP8_BYTES if dtype == "fp8" else ELEM_BYTES
                 operands = operand_bytes(fmt_name)
                 out = []
@@ -353,7 +354,7 @@ def bmm_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
         mine = [r for r in raw if r.get("bmm_dtype") == dtype]
         if not mine:
             continue
-        kernel = fm.mla_kernel("mla_bmm", dtype)
+        kernel = mlaf.mla_kernel("mla_bmm", dtype)
         operands = operand_bytes(fmt_name)
         out = []
         l2 = system_l2(system)
@@ -366,7 +367,7 @@ def bmm_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
     return families
 
 
-WIDEEP_TABLES = fm.SGLANG_MLA_MODULE_TABLES  # named fp8-KV, timed at a bf16 cache
+WIDEEP_TABLES = mlaf.SGLANG_MLA_MODULE_TABLES  # named fp8-KV, timed at a bf16 cache
 # The attention backends whose rows are read, the first present: aiconfigurator's default
 # for these tables (``sdk/models/deepseek.py``: ``attn_backend`` "flashinfer" when none
 # is set) and what InferenceMAX's SGLang DeepSeek scripts on H200 run
@@ -427,7 +428,7 @@ def wideep_rows(system: Path, engine: str, release: str | None = None) -> list[F
             continue
         mine = [r for r in raw if r.get("kernel_source") == source]
         for gemm in WIDEEP_GEMMS:
-            kernel = fm.mla_kernel(f"mla_module_{phase}", gemm, "fp8")
+            kernel = mlaf.mla_kernel(f"mla_module_{phase}", gemm, "fp8")
             operands = operand_bytes(px.TABLE_MODES[gemm])
             out = []
             for i, r in enumerate(mine):

@@ -36,7 +36,7 @@ from twin.calibration.moe_sibling import (
     fill_slow_series,
     sibling_of,
 )
-from twin.costmodel import formulas as fm
+from twin.costmodel import moe_families as moef
 from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.routing import ROUTINGS
 from twin.costmodel.table_release import pick_version
@@ -304,19 +304,19 @@ def moe_rows(
         small = [
             r
             for r in every
-            if r.get("kernel_source") == fm.MOE_MIN_LATENCY_SOURCE
-            and int(r.get("num_tokens") or 0) <= fm.MOE_MIN_LATENCY_MAX_TOKENS
+            if r.get("kernel_source") == moef.MOE_MIN_LATENCY_SOURCE
+            and int(r.get("num_tokens") or 0) <= moef.MOE_MIN_LATENCY_MAX_TOKENS
         ]
-        raw = [r for r in every if r.get("kernel_source") != fm.MOE_MIN_LATENCY_SOURCE]
-        if small and fmt.table_mode in fm.MOE_MIN_LATENCY_MODES:
-            fast = fm.moe_min_latency_kernel(fmt.table_mode)
+        raw = [r for r in every if r.get("kernel_source") != moef.MOE_MIN_LATENCY_SOURCE]
+        if small and fmt.table_mode in moef.MOE_MIN_LATENCY_MODES:
+            fast = moef.moe_min_latency_kernel(fmt.table_mode)
             rows = [moe_row(r, fmt, fast, r["latency"], l2, replay_l2) for r in small]
-            src = fm.MOE_MIN_LATENCY_SOURCE
+            src = moef.MOE_MIN_LATENCY_SOURCE
             note = _sibling_note(table, src, dtype)
             families.append(_family(fast, table, small, src, rows, note))
             # The same kernel at every token count: TensorRT-LLM's TRTLLM MoE backend
             # (formulas: ``moe_trtllm_gen_kernel``).
-            gen = fm.moe_trtllm_gen_kernel(fmt.table_mode)
+            gen = moef.moe_trtllm_gen_kernel(fmt.table_mode)
             every_gen = [r for r in every if r.get("kernel_source") == src]
             rows = [moe_row(r, fmt, gen, r["latency"]) for r in every_gen]
             families.append(_family(gen, table, every_gen, src, rows, note))
@@ -338,7 +338,7 @@ def moe_rows(
     return families
 
 
-# The mxfp4 experts with mxfp8 activations (``formulas.moe_mxfp8_activation_kernel``) that
+# The mxfp4 experts with mxfp8 activations (``moe_families.moe_mxfp8_activation_kernel``) that
 # vLLM runs on Blackwell under ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (0.15.1
 # ``quantization/mxfp4.py`` ``Mxfp4MoEMethod.apply_monolithic``: ``mxfp8_quantize`` then
 # FlashInfer's ``trtllm_fp4_block_scale_moe``, routing in the kernel) are read from
@@ -392,9 +392,9 @@ def mxfp8_activation_rows(system: Path, engine: str, replay_l2: bool = True) -> 
         return []
     dtype = moe_ft.MXFP8_ACTIVATION_MODE
     families = []
-    for mode in fm.MOE_MXFP8_ACTIVATION_MODES:
+    for mode in moef.MOE_MXFP8_ACTIVATION_MODES:
         fmt = px.WEIGHT_FORMATS[mode]
-        kernel = fm.moe_mxfp8_activation_kernel(mode)
+        kernel = moef.moe_mxfp8_activation_kernel(mode)
         for version in versions:
             table = version / "moe_perf.parquet"
             raw = [r for r in _moe_raw(table, dtype) if r.get("kernel_source") == source]

@@ -26,7 +26,7 @@ efficiency absorbs the ratio, so a family is fitted and priced at one convention
 The bytes alone do not set the time: DeepEP's kernels move the rows with a few SMs' warps,
 one warp a row (DeepEP ``csrc/kernels/intranode.cu`` and ``internode_ll.cu`` at 73b6ea4,
 the commit vLLM 0.24.0's table was collected with; the terms of each family:
-``formulas.A2A_EXTRAS``):
+``collective_families.A2A_EXTRAS``):
 
 - ``ht`` runs on ``Buffer.num_sms`` (20) SMs, a sending and a receiving SM for each of
   10 channels, whatever the GPU. The dispatch's receivers copy each received row out of
@@ -77,8 +77,8 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from twin.costmodel import latency as lat
+from twin.costmodel.collective_families import A2A_EXTRAS, A2A_MODES, A2A_PHASES, a2a_kernel
 from twin.costmodel.features import Features
-from twin.costmodel.formulas import A2A_EXTRAS, A2A_MODES, A2A_PHASES, a2a_kernel
 from twin.errors import TwinError
 from twin.hardware import GPUS
 
@@ -157,7 +157,7 @@ def a2a_features(
 ) -> Features:
     """The fitting features of one all-to-all ``phase`` of DeepEP mode ``mode`` on a GPU
     of ``sms`` SMs (None: not known; the low-latency phases need it): no FLOPs, the
-    bytes on the links, and the family's extra terms (``formulas.A2A_EXTRAS``, module
+    bytes on the links, and the family's extra terms (``collective_families.A2A_EXTRAS``, module
     docstring)."""
     nbytes = a2a_bytes(mode, tokens, hidden, topk, experts, ep, ELEM_BYTES)
     names = A2A_EXTRAS[a2a_kernel(mode, phase)]

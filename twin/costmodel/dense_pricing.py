@@ -11,10 +11,12 @@ import math
 from collections.abc import Callable
 
 from twin import precision as px
+from twin.costmodel import collective_families as colf
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mixer_kernels as mk
+from twin.costmodel import moe_families as moef
 from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.breakdown import LABEL, StepCost
 from twin.costmodel.kernel_layout import VLLM_CUSTOM_ALLREDUCE_MAX_BYTES, KernelLayout
@@ -99,19 +101,19 @@ class DensePricing(ShardShapes):
         # count (``_gather_bytes``), else None: priced on the all-reduce.
         self._gather_fits = {}
         for op in ("allgather", "reducescatter") if tp > 1 else ():
-            key = fm.collective_kernel(op, tp)
+            key = colf.collective_kernel(op, tp)
             got = self.profile.kernels.get(key)
             if got is not None:
                 self._gather_fits[op] = lat.compile_fast(key, got.params, peaks)
         self._nccl_above: tuple[float, Callable[..., float]] | None = None
         limits = VLLM_CUSTOM_ALLREDUCE_MAX_BYTES.get(self.profile.gpu, {})
-        nccl = self.profile.kernels.get(fm.nccl_allreduce_kernel(tp))
+        nccl = self.profile.kernels.get(colf.nccl_allreduce_kernel(tp))
         if self.kernel_layout.custom_allreduce_size_limit and tp in limits and nccl is not None:
-            key = fm.nccl_allreduce_kernel(tp)
+            key = colf.nccl_allreduce_kernel(tp)
             self._nccl_above = (limits[tp], lat.compile_fast(key, nccl.params, peaks))
-        fit = self.profile.kernels.get(fm.allreduce_kernel(tp)) if tp > 1 else None
+        fit = self.profile.kernels.get(colf.allreduce_kernel(tp)) if tp > 1 else None
         if fit is not None:
-            self._allreduce_fit = lat.compile_fast(fm.allreduce_kernel(tp), fit.params, peaks)
+            self._allreduce_fit = lat.compile_fast(colf.allreduce_kernel(tp), fit.params, peaks)
             return
         self._allreduce_fit = None
         self.allreduce_latency_s = float(peaks.get("allreduce_latency_s", 0.0))
@@ -237,8 +239,8 @@ class DensePricing(ShardShapes):
         # The experts' table mode for the token tile: the mxfp8-activation kernel's where the
         # experts are priced by its fit (``Profile.with_experts_fit``), else the format's.
         mxfp8 = (
-            self.profile.kernels.get(fm.moe_mxfp8_activation_kernel(fmt.name))
-            if fmt.name in fm.MOE_MXFP8_ACTIVATION_MODES
+            self.profile.kernels.get(moef.moe_mxfp8_activation_kernel(fmt.name))
+            if fmt.name in moef.MOE_MXFP8_ACTIVATION_MODES
             else None
         )
         self._moe_tile_mode = moe_ft.MXFP8_ACTIVATION_MODE if fit == mxfp8 else fmt.table_mode
@@ -566,7 +568,7 @@ class DensePricing(ShardShapes):
             w_e,
         )
         series = self._moe_series
-        if self._moe_small is not None and t <= fm.MOE_MIN_LATENCY_MAX_TOKENS:
+        if self._moe_small is not None and t <= moef.MOE_MIN_LATENCY_MAX_TOKENS:
             kernel = self._moe_small  # the step routes few enough tokens (formulas)
             series = self._moe_small_series
         # No L2 residency in a serving step (``features.replay_resident``): the tables'

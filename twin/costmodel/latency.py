@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from twin.costmodel.formulas import FLOOR_PARAM, KernelFormula, get_formula, line_params
+from twin.costmodel.formulas import get_formula
+from twin.costmodel.kernel_formula import FLOOR_PARAM, KernelFormula, line_params
 from twin.errors import TwinError
 
 

@@ -157,7 +157,7 @@ KernelSums = tuple[Sums, Sums, Sums, Sums]
 def kernel_replay_l2(sums: KernelSums, l2_bytes: float | None) -> tuple[KernelSums, Sums]:
     """An attention kernel's sums (:func:`mla_prefill_sums` / :func:`mla_decode_sums`:
     FLOPs, bytes, tiles, keys a sequence) with the bytes a kernel table's replays read from
-    L2, and those L2 bytes (``formulas.MLA_KERNEL_REPLAY``): where all the kernel's bytes
+    L2, and those L2 bytes (``mla_families.MLA_KERNEL_REPLAY``): where all the kernel's bytes
     fit in an L2 of ``l2_bytes`` (``features.replay_resident``) they are read from L2, its
     HBM bytes zero; else nothing. ``l2_bytes`` None: nothing resident (a serving step:
     between two reads of one layer's cache every other layer's weights and cache stream

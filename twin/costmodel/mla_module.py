@@ -57,7 +57,7 @@ def mla_projection_sums(
 # What the module families' features are: (FLOPs, bytes, tiles, keys per sequence, the
 # attention's KV bytes, the attention's FLOPs). The first two are the module's GEMMs and
 # the attention's query/output traffic; the last two are priced after the smooth maximum
-# (``formulas.MLA_MODULE_SERIAL``).
+# (``mla_families.MLA_MODULE_SERIAL``).
 ModuleSums = tuple[Sums, Sums, Sums, Sums, Sums, Sums]
 
 
@@ -114,7 +114,7 @@ def mla_module_prefill_sums(
 
 def module_prefill_features(module: ModuleSums, waves: Sums) -> tuple[Sums, ...]:
     """The ``mla_module_prefill`` families' arguments in their formula's order
-    (``formulas.MLA_MODULE_PREFILL_SERIAL``): the module's sums
+    (``mla_families.MLA_MODULE_PREFILL_SERIAL``): the module's sums
     (:func:`mla_module_prefill_sums`) and, last, its context attention's waves of CTAs
     (:func:`mla_prefill_waves`, the ``mla_prefill`` kernel's feature: the module runs
     that kernel)."""
@@ -161,7 +161,7 @@ def mla_module_absorbed_sums(
 
 def module_replay_l2(module: ModuleSums, l2_bytes: float | None) -> tuple[ModuleSums, Sums]:
     """The module's sums (``ModuleSums``) with the bytes NVIDIA's module tables read from
-    L2, and those L2 bytes (``formulas.MLA_MODULE_REPLAY``): where the whole module's
+    L2, and those L2 bytes (``mla_families.MLA_MODULE_REPLAY``): where the whole module's
     working set (its GEMMs' weights and activations, the attention's query/output traffic
     and KV stream) fits in ``features.REPLAY_L2_SHARE`` of an L2 of ``l2_bytes``, all of it
     is read from L2 (its HBM bytes and KV stream zero); else nothing. ``l2_bytes`` None:
@@ -190,15 +190,16 @@ def module_decode_features(
     module: ModuleSums, launch: LaunchSums, l2: Sums = 0.0
 ) -> tuple[Sums, ...]:
     """The ``mla_module_decode`` families' arguments in their formula's order
-    (``formulas.MLA_MODULE_DECODE_EXTRAS``, ``MLA_MODULE_REPLAY``, ``MLA_MODULE_DECODE_SERIAL``):
-    the module's sums (:func:`mla_module_absorbed_sums`) with its attention kernel's launch
-    (:func:`mla_decode_launch`) beside them. The module runs the same decode kernel as the
-    ``mla_decode`` families, so its CTAs and waves sit on the compute side and its re-read keys,
-    split partials and critical path after the smooth maximum, as there (NVIDIA's B200 TensorRT-LLM
-    module table, bf16: the 32-head long-context series, the low-latency kernel's two CTAs a
-    sequence each reading every key, 30-40% above a fit without them; docs/decisions.md, issue 34,
-    helper ``kernels``). ``l2``: a table row's bytes read from L2 (:func:`module_replay_l2`; zero
-    for a serving step), on the compute side after the launch's (``formulas.MLA_MODULE_REPLAY``)."""
+    (``mla_families.MLA_MODULE_DECODE_EXTRAS``, ``MLA_MODULE_REPLAY``,
+    ``MLA_MODULE_DECODE_SERIAL``): the module's sums (:func:`mla_module_absorbed_sums`) with its
+    attention kernel's launch (:func:`mla_decode_launch`) beside them. The module runs the same
+    decode kernel as the ``mla_decode`` families, so its CTAs and waves sit on the compute side and
+    its re-read keys, split partials and critical path after the smooth maximum, as there (NVIDIA's
+    B200 TensorRT-LLM module table, bf16: the 32-head long-context series, the low-latency kernel's
+    two CTAs a sequence each reading every key, 30-40% above a fit without them; docs/decisions.md,
+    issue 34, helper ``kernels``). ``l2``: a table row's bytes read from L2
+    (:func:`module_replay_l2`; zero for a serving step), on the compute side after the launch's
+    (``mla_families.MLA_MODULE_REPLAY``)."""
     flops, nbytes, tiles, seq, kv_bytes, attn_flops = module
     ctas, waves, repeat, partials, critical = launch
     return (

@@ -80,7 +80,7 @@ def moe_features(
     the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra,
     the bytes one CTA streams (``moe_tile_bytes``) as ``tile_bytes``, and ``active`` (the
     rank's experts the launch touches) as the serial ``active_experts``
-    (``formulas.KernelFormula.serial``: each expert hit is a grouped-GEMM
+    (``kernel_formula.KernelFormula.serial``: each expert hit is a grouped-GEMM
     problem of its own, whose set-up, scales and pipeline fill and drain do not overlap
     the math: vLLM's ``fused_moe`` Triton kernel walks ``expert_ids`` block by block,
     CUTLASS's grouped GEMM takes one problem per expert):

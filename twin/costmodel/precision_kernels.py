@@ -26,15 +26,10 @@ from dataclasses import dataclass, field
 
 from twin import mixers as mx
 from twin import precision as px
-from twin.costmodel.formulas import (
-    MLA_MODULE_GEMMS,
-    MODEL_VARIANTS,
-    PRECISION_VARIANTS,
-    SGLANG_MLA_MODULE_TABLES,
-    mla_kernel,
-    moe_min_latency_kernel,
-)
+from twin.costmodel.formulas import MODEL_VARIANTS, PRECISION_VARIANTS
 from twin.costmodel.mla_decode_kernels import TRTLLM_MLA_SOURCE
+from twin.costmodel.mla_families import MLA_MODULE_GEMMS, SGLANG_MLA_MODULE_TABLES, mla_kernel
+from twin.costmodel.moe_families import moe_min_latency_kernel
 from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -139,7 +134,7 @@ def priced_precision(model: ModelSpec, profile: Profile) -> PricedPrecision:
         if expert.moe_kernel in profile.kernels:
             keys["moe"] = expert.moe_kernel
             # TensorRT-LLM's min-latency kernel for small steps, where the profile has it
-            # (``formulas.MOE_MIN_LATENCY_MAX_TOKENS``; ``dense_pricing`` picks per step).
+            # (``moe_families.MOE_MIN_LATENCY_MAX_TOKENS``; ``dense_pricing`` picks per step).
             small = moe_min_latency_kernel(expert.table_mode)
             if small in profile.kernels:
                 keys["moe_small"] = small
@@ -228,7 +223,7 @@ def _mla_keys(
 
     if linear.table_mode in MLA_MODULE_GEMMS:
         # SGLang's module fits say fp8-KV but timed a bf16 cache
-        # (``formulas.SGLANG_MLA_MODULE_TABLES``): they are a bf16-KV pair, priced at the
+        # (``mla_families.SGLANG_MLA_MODULE_TABLES``): they are a bf16-KV pair, priced at the
         # features they were fitted with (``calibration.aic_mla.wideep_rows``: fp8
         # bytes), so the price is the rows' own.
         sglang = {f: mla_kernel(f, linear.table_mode, "fp8") for f in _MODULE}

@@ -43,19 +43,10 @@ from typing import Any
 
 from twin.atomic import write_text_atomic
 from twin.costmodel import features as ft
+from twin.costmodel.collective_families import family, is_allreduce_kernel
 from twin.costmodel.engine_kernels import release_kernel, table_kernel
-from twin.costmodel.formulas import (
-    FLOOR,
-    FLOOR_PARAM,
-    MAX_LINES,
-    MOE_VARIANTS,
-    KernelFormula,
-    check_params,
-    family,
-    get_formula,
-    is_allreduce_kernel,
-    line_params,
-)
+from twin.costmodel.formulas import MOE_VARIANTS, check_params, get_formula
+from twin.costmodel.kernel_formula import FLOOR, FLOOR_PARAM, MAX_LINES, KernelFormula, line_params
 from twin.costmodel.moe_layout import group_tied_table
 from twin.costmodel.series_term import SeriesError, SeriesTerm
 from twin.costmodel.table_release import pick_for_kernel, pick_version
@@ -515,7 +506,7 @@ class Profile:
     def with_experts_fit(self, family: str, kernel: str, why: str) -> Profile:
         """This profile with fused-MoE family ``family`` priced by its fit ``kernel``, another
         kernel of the same experts that prices with the same features and peak
-        (``formulas.moe_mxfp8_activation_kernel``: the mxfp8-activation kernel of the mxfp4
+        (``moe_families.moe_mxfp8_activation_kernel``: the mxfp8-activation kernel of the mxfp4
         experts). One line naming ``why`` (the setting that asked for it) where the
         profile has no such fit."""
         if family not in self.kernels or kernel not in self.kernels:

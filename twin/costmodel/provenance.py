@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
-from twin.costmodel.formulas import MODEL_VARIANTS, PRECISION_VARIANTS, family
+from twin.costmodel.collective_families import family
+from twin.costmodel.formulas import MODEL_VARIANTS, PRECISION_VARIANTS
 
 if TYPE_CHECKING:
     from twin.costmodel.profile import KernelFit, Profile

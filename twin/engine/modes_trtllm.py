@@ -201,7 +201,7 @@ ADP_BATCHING_WAIT_ITERS = 10  # AttentionDpConfig.batching_wait_iters' default
 # for nvfp4 and fp8 block scales; NVIDIA/TensorRT-LLM's stored tree, the 1.x line). The
 # twin prices the nvfp4 experts with NVIDIA's table of that module at every step
 # (``twin.engine.run_pricing.priced_profile``): ``TRTLLM`` with the TRTLLM-gen rows (kernel source
-# ``moe_torch_flow_min_latency``, ``twin.costmodel.formulas.MOE_MIN_LATENCY_SOURCE``),
+# ``moe_torch_flow_min_latency``, ``twin.costmodel.moe_families.MOE_MIN_LATENCY_SOURCE``),
 # ``CUTLASS`` with the CUTLASS rows. Unset: aiconfigurator 0.12.0's pricing, the
 # TRTLLM-gen rows for steps of at most 128 tokens and CUTLASS's above.
 TRTLLM_MOE_BACKENDS = ("CUTLASS", "TRTLLM")

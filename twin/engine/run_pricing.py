@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from twin import precision as px
-from twin.costmodel import formulas as fm
+from twin.costmodel import moe_families as moef
 from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile import Profile
 from twin.engine.config import EngineConfig
@@ -51,19 +51,23 @@ def priced_profile(
     if not model.n_moe_layers or (backend is None and engine not in TRTLLM_MXFP8_EXPERTS):
         return profile
     expert = px.moe_format(model)
-    if engine == "trtllm" and backend is not None and expert.table_mode in fm.MOE_MIN_LATENCY_MODES:
+    if (
+        engine == "trtllm"
+        and backend is not None
+        and expert.table_mode in moef.MOE_MIN_LATENCY_MODES
+    ):
         # moe_config.backend picks the nvfp4 experts' kernel; mxfp4 ones keep their
         # mxfp8 activations under it (below: every backend but TRITON)
         return trtllm_moe_backend_profile(expert, profile, backend)
     if backend == "marlin" and expert.name == "mxfp4":
         return profile.with_marlin_experts(expert.moe_kernel)
-    kernel = fm.moe_mxfp8_activation_kernel(expert.table_mode)
+    kernel = moef.moe_mxfp8_activation_kernel(expert.table_mode)
     if backend == "flashinfer_trtllm_afp8":
         why = f"--set moe_backend={backend}"
         return profile.with_experts_fit(expert.moe_kernel, kernel, why)
     trtllm_mxfp8 = (
         engine in TRTLLM_MXFP8_EXPERTS
-        and expert.name in fm.MOE_MXFP8_ACTIVATION_MODES
+        and expert.name in moef.MOE_MXFP8_ACTIVATION_MODES
         and kernel in profile.kernels
     )
     if trtllm_mxfp8:
@@ -76,17 +80,17 @@ def trtllm_moe_backend_profile(expert: px.WeightFormat, profile: Profile, backen
     """``profile`` pricing nvfp4 experts ``expert`` with TensorRT-LLM's ``moe_config.backend``
     ``backend`` at every step (``twin.engine.modes_trtllm.TRTLLM_MOE``): ``TRTLLM`` with the
     TRTLLM-gen kernel's fits, the min-latency one (fitted there) up to 128 tokens and the
-    one over every token count (``formulas.moe_trtllm_gen_kernel``) above; ``CUTLASS``
+    one over every token count (``moe_families.moe_trtllm_gen_kernel``) above; ``CUTLASS``
     with the CUTLASS fit, the min-latency one's steps too. Unchanged for other formats (the
     fp8 block-scale experts follow the backend through the silicon plan's precision) or
     where the profile lacks the TRTLLM-gen fit."""
-    small = fm.moe_min_latency_kernel(expert.table_mode)
-    if expert.table_mode not in fm.MOE_MIN_LATENCY_MODES or small not in profile.kernels:
+    small = moef.moe_min_latency_kernel(expert.table_mode)
+    if expert.table_mode not in moef.MOE_MIN_LATENCY_MODES or small not in profile.kernels:
         return profile
     why = f"--set moe_backend={backend}"
     if backend == "CUTLASS":
         return profile.with_experts_fit(small, expert.moe_kernel, why)
-    gen = fm.moe_trtllm_gen_kernel(expert.table_mode)
+    gen = moef.moe_trtllm_gen_kernel(expert.table_mode)
     if gen not in profile.kernels:
         return profile
     return profile.with_experts_fit(expert.moe_kernel, gen, why)

@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).parent / "systems" / "data" / "h100_sxm"
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from twin.costmodel import collective_families as colf  # noqa: E402
 from twin.costmodel import features as ft  # noqa: E402
-from twin.costmodel import formulas as fm  # noqa: E402
 from twin.costmodel import latency as lat  # noqa: E402
 from twin.costmodel import ssm_features as ssm_ft  # noqa: E402
 from twin.hardware import get_gpu  # noqa: E402
@@ -74,7 +74,7 @@ TRUE = {
         "p": 4.0,
         "c_cta_waves": 0.0,
     },
-    # One line: the other two (``formulas.ALLREDUCE_LINES``) a second out of the way.
+    # One line: the other two (``collective_families.ALLREDUCE_LINES``) a second out of the way.
     "allreduce_2gpu": {**AR_OFF, "t0_s": 4e-6, "eff_bytes": 0.6},
     "allreduce_8gpu": {**AR_OFF, "t0_s": 6e-6, "eff_bytes": 0.7},
     "gemm_fp8": {
@@ -242,7 +242,7 @@ def main() -> None:
 
     nccl, custom = [], []
     for n in (2, 8):
-        kernel = fm.allreduce_kernel(n)
+        kernel = colf.allreduce_kernel(n)
         for size in (1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 26):
             t = ms(kernel, ft.allreduce_features(2 * size, n))
             row = {"num_gpus": n, "message_size": size, "latency": t}

@@ -13,7 +13,7 @@ from typing import Any
 
 from twin import precision as px
 from twin.costmodel import precision_kernels as pk
-from twin.costmodel.formulas import allreduce_kernel
+from twin.costmodel.collective_families import allreduce_kernel
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile
 from twin.engine import RunArgs, typed_settings
