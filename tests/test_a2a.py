@@ -22,8 +22,9 @@ from twin.cli.main import run as twin
 from twin.costmodel import a2a
 from twin.costmodel import latency as lat
 from twin.costmodel.collective_families import a2a_kernel
+from twin.costmodel.fit_upgrade import upgrade_fit
 from twin.costmodel.formulas import A2A_VARIANTS, get_formula
-from twin.costmodel.profile import KernelFit, _upgrade
+from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import EngineConfig
 from twin.engine.config import ClusterConfig
@@ -417,7 +418,7 @@ def test_every_family_is_at_least_its_floor() -> None:
         old_model = formula.model_name.removesuffix("+floor").replace("+rank_rows", "")
         old_model = old_model.replace("+topk_rows", "")
         fit = KernelFit(old_model, dict(old))
-        _upgrade(fit, formula)
+        upgrade_fit(fit, formula)
         assert fit.model == formula.model_name and fit.params["floor_s"] == 0.0
         for tokens in (1, 64, 4096):
             _, b, x = a2a.a2a_features(mode, phase, tokens, 7168, 8, 256, 8, SMS)

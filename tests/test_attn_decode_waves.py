@@ -13,7 +13,8 @@ from twin.calibration.fit import fit_params, predict_rows
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
-from twin.costmodel.profile import KernelFit, _upgrade
+from twin.costmodel.fit_upgrade import upgrade_fit
+from twin.costmodel.profile import KernelFit
 
 H100_SMS = 132  # twin.hardware.SM_COUNTS["h100"]
 PEAKS = {"flops": 989e12, "mem_bw": 3.35e12, "fp8_flops": 1979e12}
@@ -88,7 +89,7 @@ def test_fit_finds_a_wave_step() -> None:
 
 def test_an_old_fit_prices_as_before() -> None:
     """A fit written before the waves (``roofline+score_elems+tiles``) reads with
-    ``c_waves_d`` 0 (``profile._upgrade``): its prices are what they were, the waves
+    ``c_waves_d`` 0 (``fit_upgrade.upgrade_fit``): its prices are what they were, the waves
     passed or not, in every compiled form."""
     params = {
         "t0_s": 9e-6,
@@ -99,7 +100,7 @@ def test_an_old_fit_prices_as_before() -> None:
         "c_tiles": 2e-8,
     }
     fit = KernelFit(model="roofline+score_elems+tiles", params=dict(params))
-    _upgrade(fit, fm.get_formula("attn_decode_fp8kv"))
+    upgrade_fit(fit, fm.get_formula("attn_decode_fp8kv"))
     assert fit.model == "roofline+score_elems+tiles+waves_d"
     assert fit.params == {**params, "c_waves_d": 0.0}
     sums = ft.attn_decode_sums(17, 17 * 3000, 32, 8, 128, 2, 1, H100_SMS)

@@ -195,7 +195,7 @@ def test_the_xqa_fits_model_name_says_what_its_coefficient_prices(tmp_path: Path
 
 def test_the_xqa_coefficient_is_named_and_an_old_file_prices_identically(tmp_path: Path) -> None:
     """The shipped XQA fits carry ``c_xqa_ctas``; a file written with ``c_waves_d`` loads as
-    it (``profile._upgrade``), at the same value, and prices every decode shape to the bit;
+    it (``fit_upgrade.upgrade_fit``), at the same value, and prices every decode shape to the bit;
     saved again it carries the new name. FA3 / FA2 / unread fits keep ``c_waves_d``; SGLang's
     FlashInfer fits carry ``c_flashinfer_waves``."""
     new = Profile.load(PROFILES / "h100-trtllm.json")

@@ -13,7 +13,8 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import moe_families as moef
-from twin.costmodel.profile import KernelFit, _upgrade
+from twin.costmodel.fit_upgrade import upgrade_fit
+from twin.costmodel.profile import KernelFit
 
 H100_SMS = 132  # twin.hardware.SM_COUNTS["h100"]
 PEAKS = {"flops": 989e12, "mem_bw": 3.35e12}
@@ -91,10 +92,10 @@ def test_fit_finds_a_wave_step() -> None:
 
 def test_an_old_fit_prices_as_before() -> None:
     """A fit written before the waves (``roofline+weight_elems``) reads with ``c_wave_k``
-    0 (``profile._upgrade``): its prices are what they were, the waves passed or not."""
+    0 (``fit_upgrade.upgrade_fit``): its prices are what they were, the waves passed or not."""
     params = {"t0_s": 4e-6, "eff_flops": 0.7, "eff_bytes": 0.8, "p": 3.0, "c_weight_elems": 1e-13}
     fit = KernelFit(model="roofline+weight_elems", params=dict(params))
-    _upgrade(fit, fm.get_formula("gemm"))
+    upgrade_fit(fit, fm.get_formula("gemm"))
     assert fit.model == "roofline+weight_elems+wave_k"
     assert fit.params == {**params, "c_wave_k": 0.0}
     flops, nbytes, extras = ft.gemm_features(129, 4096, 132 * 128, 2, H100_SMS)

@@ -16,7 +16,8 @@ from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_bmm as mbmm
-from twin.costmodel.profile import KernelFit, _upgrade
+from twin.costmodel.fit_upgrade import upgrade_fit
+from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import get_gpu
 from twin.presets import get_model
@@ -45,7 +46,7 @@ def test_a_bmm_fit_without_k_steps_prices_as_before() -> None:
         params={"t0_s": 6e-6, "eff_flops": 0.5, "eff_bytes": 1.0, "p": 5.0}
         | {"c_waves": 2.6e-7, "c_l2_bytes": 2e-13, "c_quant_steps": 0.0},
     )
-    _upgrade(fit, fm.get_formula("mla_bmm"))
+    upgrade_fit(fit, fm.get_formula("mla_bmm"))
     assert fit.params["c_k_steps"] == 0.0
     peaks = load_profile("h200", "sglang").peaks
     price = lat.compile_fast("mla_bmm", fit.params, peaks)

@@ -12,7 +12,8 @@ from twin.calibration.aic_tables import system_dir
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_bmm as mbmm
-from twin.costmodel.profile import KernelFit, _upgrade
+from twin.costmodel.fit_upgrade import upgrade_fit
+from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import load_profile
 
 SOURCE = mbmm.TRTLLM_FP8_BMM_SOURCE
@@ -47,7 +48,7 @@ def test_a_bmm_fit_of_the_older_form_prices_as_before() -> None:
         params={"t0_s": 6e-6, "eff_flops": 0.1, "eff_bytes": 1.0, "p": 5.0}
         | {"c_waves": 2.6e-6, "c_l2_bytes": 2e-13},
     )
-    _upgrade(fit, fm.get_formula("mla_bmm_fp8"))
+    upgrade_fit(fit, fm.get_formula("mla_bmm_fp8"))
     assert fit.params["c_quant_steps"] == 0.0
     peaks = load_profile("rtx-pro-6000", "trtllm").peaks
     price = lat.compile_fast("mla_bmm_fp8", fit.params, peaks)

@@ -13,7 +13,8 @@ from twin.calibration.aic_tables import system_dir
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_bmm as mbmm
-from twin.costmodel.profile import KernelFit, _upgrade
+from twin.costmodel.fit_upgrade import upgrade_fit
+from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import load_profile
 
 GB200_SMS = 148
@@ -45,7 +46,7 @@ def test_a_bmm_fit_without_small_waves_prices_as_before() -> None:
         params={"t0_s": 4e-6, "eff_flops": 0.9, "eff_bytes": 0.8, "p": 4.0}
         | {"c_waves": 6e-7, "c_l2_bytes": 4e-14, "c_quant_steps": 0.0, "c_k_steps": 3e-8},
     )
-    _upgrade(fit, fm.get_formula("mla_bmm"))
+    upgrade_fit(fit, fm.get_formula("mla_bmm"))
     assert fit.params["c_small_waves"] == 0.0
     assert fit.model == fm.get_formula("mla_bmm").model_name
     price = lat.compile_fast("mla_bmm", fit.params, load_profile("h200", "sglang").peaks)

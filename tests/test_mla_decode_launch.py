@@ -26,7 +26,8 @@ from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_families as mlaf
 from twin.costmodel import mla_features as mf
 from twin.costmodel import mla_module as mmod
-from twin.costmodel.profile import KernelFit, _upgrade
+from twin.costmodel.fit_upgrade import upgrade_fit
+from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import get_gpu
 
@@ -125,7 +126,7 @@ def test_a_triton_decode_fit_of_the_older_form_prices_as_before() -> None:
         params={"t0_s": 1.4e-5, "eff_flops": 0.1, "eff_bytes": 0.8, "p": 20.0}
         | {"c_tiles": 6e-7, "c_seq_keys": 2e-17},
     )
-    _upgrade(fit, fm.get_formula("mla_decode"))
+    upgrade_fit(fit, fm.get_formula("mla_decode"))
     peaks = get_gpu("l40s").peaks()
     price = lat.compile_fast("mla_decode", fit.params, peaks)
     d = dims(128)
@@ -229,7 +230,7 @@ def test_an_old_decode_fit_reads_with_zero_launch_terms() -> None:
         params={"t0_s": 1e-5, "eff_flops": 0.1, "eff_bytes": 0.8, "p": 4.0}
         | {"c_tiles": 1e-9, "c_seq_keys": 1e-12},
     )
-    _upgrade(fit, fm.get_formula("mla_decode_fp8kv"))
+    upgrade_fit(fit, fm.get_formula("mla_decode_fp8kv"))
     assert fit.model == fm.get_formula("mla_decode").model_name
     zero = (*mlaf.MLA_DECODE_LAUNCH, *mlaf.MLA_KERNEL_REPLAY, *mlaf.MLA_DECODE_SERIAL)
     assert all(fit.params[f"c_{x}"] == 0 for x in zero)

@@ -24,7 +24,8 @@ from twin.costmodel import formulas as fm
 from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
 from twin.costmodel.features import REPLAY_L2_SHARE
-from twin.costmodel.profile import KernelFit, _upgrade
+from twin.costmodel.fit_upgrade import upgrade_fit
+from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import get_gpu
 from twin.presets import get_model
@@ -93,7 +94,7 @@ def test_a_decode_fit_without_l2_prices_as_before() -> None:
     step feeds the term zero: any coefficient leaves the step's price unchanged (B200
     SGLang, DeepSeek-V3 on 4 GPUs: the kernel families price its decode)."""
     old = KernelFit(model="roofline+tiles+seq_keys", params={"c_tiles": 1.0})
-    _upgrade(old, fm.get_formula("mla_decode"))
+    upgrade_fit(old, fm.get_formula("mla_decode"))
     assert old.params["c_l2_bytes"] == 0.0
     model, prof = get_model("deepseek-v3"), load_profile("b200", "sglang")
     cm = CostModel(model, prof, tp=4, ep=4)

@@ -14,8 +14,9 @@ from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
+from twin.costmodel.fit_upgrade import upgrade_fit
 from twin.costmodel.kernel_formula import FLOOR_PARAM
-from twin.costmodel.profile import KernelFit, _upgrade
+from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import load_profile
 
 
@@ -72,7 +73,7 @@ def test_a_decode_fit_without_the_floor_prices_as_before() -> None:
         model="+".join(x for x in shipped.model.split("+") if x not in ("floor", "l2_bytes")),
         params={k: v for k, v in shipped.params.items() if k not in gone},
     )
-    _upgrade(fit, fm.get_formula("mla_decode"))
+    upgrade_fit(fit, fm.get_formula("mla_decode"))
     assert fit.params[FLOOR_PARAM] == 0.0 and fit.params["c_l2_bytes"] == 0.0
     peaks = load_profile("h200", "sglang").peaks
     d = dims(16)

@@ -22,7 +22,8 @@ from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_families as mlaf
 from twin.costmodel import mla_module as mmod
 from twin.costmodel.features import REPLAY_L2_SHARE
-from twin.costmodel.profile import KernelFit, _upgrade
+from twin.costmodel.fit_upgrade import upgrade_fit
+from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import get_gpu
 from twin.presets import get_model
@@ -129,7 +130,7 @@ def test_a_decode_module_fit_without_l2_prices_as_before() -> None:
     (B200 TensorRT-LLM, DeepSeek-V3 on 8 GPUs)."""
     key = "mla_module_decode"
     old = KernelFit(model="gemms_roofline+tiles+seq_keys", params={"c_tiles": 1.0})
-    _upgrade(old, fm.get_formula(key))
+    upgrade_fit(old, fm.get_formula(key))
     assert old.params["c_l2_bytes"] == 0.0
     model = get_model("deepseek-v3")
     prof = load_profile("b200", "trtllm")

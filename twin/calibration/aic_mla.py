@@ -229,7 +229,7 @@ def kernel_rows(
     """``mla_prefill`` / ``mla_decode`` (and ``_fp8kv``) from the attention-kernel tables;
     ``replay_l2`` False: no row's bytes read from L2 (``mla_features.kernel_replay_l2``),
     as a fit written before that term was fitted (its ``c_l2_bytes`` 0:
-    ``profile._upgrade``; a bench pricing it)."""
+    ``fit_upgrade.upgrade_fit``; a bench pricing it)."""
     families = []
     sms = 0
     l2 = system_l2(system) if replay_l2 else None

@@ -46,7 +46,7 @@ def reads_replay_l2(params: dict[str, float]) -> bool:
     """Whether a fused-MoE fit was fitted on rows whose working set a table's replays keep
     in L2 (``moe_features.moe_features``): a fit of that form has a positive ``c_l2_bytes``
     (the fit's parameters are exponentials, never 0); one written before reads with 0
-    (``profile._upgrade``) and was fitted with every byte from HBM."""
+    (``fit_upgrade.upgrade_fit``) and was fitted with every byte from HBM."""
     return params.get("c_l2_bytes", 0.0) > 0.0
 
 

@@ -405,7 +405,7 @@ def flashinfer_decode_waves(
 # The bf16-KV family only: on the fp8-KV tables the train rows kept the FA3 grid (every XQA
 # form fitted no better), so ``XQA_RULE_FAMILIES``. The coefficient of an XQA fit is
 # ``c_xqa_ctas`` (``launch_coefficient``; a fit written as ``c_waves_d`` reads as it,
-# ``profile._upgrade``).
+# ``fit_upgrade.upgrade_fit``).
 TRTLLM_XQA_RULE = "trtllm_xqa"
 XQA_MIN_HISTORY_TOKENS_PER_BLOCK = 128  # kMinHistoryTokensPerBlock
 XQA_ENABLE_MIN_BLOCK_FACTOR = 4  # kEnableMinBlockFactor
@@ -432,11 +432,12 @@ def decode_launch_rule(family: str, framework: str, device: str, kernel_source: 
     return UNREAD_GRID_RULE
 
 
-# The third coefficient's name by launch rule: what it prices (``profile._name_launch_coefficient``
-# reads an XQA fit written with the FA3 grid's name). FlashInfer's grid has its own name since
+# The third coefficient's name by launch rule: what it prices
+# (``fit_upgrade.name_launch_coefficient`` reads an XQA fit written with the FA3 grid's name).
+# FlashInfer's grid has its own name since
 # session 40 (review39's first item): its ``c_waves_d`` had been fitted to FA3's grid before
 # attnfix39 and to FlashInfer's after, so a file carrying that name is ambiguous and is refused
-# (``profile.stale_launch_coefficient``); a fit made now is written ``c_flashinfer_waves``.
+# (``fit_upgrade.stale_launch_coefficient``); a fit made now is written ``c_flashinfer_waves``.
 XQA_COEFFICIENT = "c_xqa_ctas"
 FLASHINFER_COEFFICIENT = "c_flashinfer_waves"
 WAVES_COEFFICIENT = "c_waves_d"

@@ -80,7 +80,7 @@ GEMM_EXTRAS = ("weight_elems", "wave_k")
 # vLLM's tables time a dynamic per-token one, ``features.act_quant_scheme``), priced
 # after the smooth maximum, a kernel of its own. Zero on a table that times none; a fit
 # written before it reads with ``c_act_quant_bytes`` 0 and prices as it did
-# (``profile._upgrade``).
+# (``fit_upgrade.upgrade_fit``).
 GEMM_FP8_SERIAL = ("act_quant_bytes",)
 # ... at a fixed rate, the HBM peak (``KernelFormula.fixed_rates``): the pass is a stream
 # over its bytes, not a coefficient the fit may scale (docs/decisions.md, "Issue 34, step:
@@ -92,14 +92,14 @@ GEMM_FP8_FIXED = (("act_quant_bytes", "mem_bw"),)
 # Held out, measured offline on every shipped profile: the median of the decode medians
 # 10.0 -> 8.0%, of the fp8-KV ones 8.0 -> 7.3% (docs/decisions.md, "the decode launch's
 # waves x head dim", helpers attn36 / attn38). A fit written before reads ``c_waves_d`` 0
-# (``profile._upgrade``): the same prices. The third extra is the launch of the kernel each
+# (``fit_upgrade.upgrade_fit``): the same prices. The third extra is the launch of the kernel each
 # table times (``features.decode_launch_rule``, helper attnfix39): a grid's waves x head dim
 # (``c_waves_d``), or on TensorRT-LLM Hopper's XQA fits the XQA side's CTAs, whose coefficient
 # is named ``c_xqa_ctas``, and on SGLang's FlashInfer fits FlashInfer's grid's waves x head dim,
 # named ``c_flashinfer_waves`` (``ATTN_DECODE_ALIASES``, ``features.launch_coefficient``;
-# ``profile._name_launch_coefficient`` renames an XQA fit written with ``c_waves_d``, and a
+# ``fit_upgrade.name_launch_coefficient`` renames an XQA fit written with ``c_waves_d``, and a
 # FlashInfer one as the fitter writes it; a FlashInfer fit read from a file under ``c_waves_d``
-# is refused, ``profile.stale_launch_coefficient``).
+# is refused, ``fit_upgrade.stale_launch_coefficient``).
 ATTN_DECODE_EXTRAS = ("score_elems", "tiles", "waves_d")
 ATTN_DECODE_ALIASES = (("c_waves_d", "c_xqa_ctas"), ("c_waves_d", "c_flashinfer_waves"))
 
@@ -144,7 +144,7 @@ FORMULAS: dict[str, KernelFormula] = {
             True,
             # ``l2_bytes``: the bytes the table's CUDA-graph replays read from L2
             # (``ssm_features.conv1d_features``, the rule of ``MLA_KERNEL_REPLAY``); a serving
-            # step passes 0. A fit without it reads ``c_l2_bytes`` 0 (``profile._upgrade``).
+            # step passes 0. A fit without it reads ``c_l2_bytes`` 0 (``fit_upgrade.upgrade_fit``).
             ("cta_waves", *MLA_KERNEL_REPLAY),
             "causal conv1d decode update: one token per sequence, conv state read + written",
         ),

@@ -77,14 +77,14 @@ class KernelFormula:
     fixed_rates: tuple[tuple[str, str], ...] = ()
     # The model name's first part where the smooth maximum's FLOPs and bytes are not the
     # whole kernel's (``""``: ``roofline`` / ``bandwidth``): a fit written when they were
-    # is then refused by name (``profile._upgrade`` upgrades only a fit of the same base),
+    # is then refused by name (``fit_upgrade.upgrade_fit`` upgrades only a fit of the same base),
     # not read with coefficients meant for other features.
     base: str = ""
     # A floor: the time is the larger of a fitted ``floor_s`` and the formula, for a call
     # whose small work hides under a wait (the all-to-all's families: the peers' signals,
     # vLLM's host path; the MLA decode kernels: ``MLA_DECODE_FLOOR``). Named ``+floor``
     # last in the model; a fit written without it reads with ``floor_s`` 0
-    # (``profile._upgrade``): the same prices. ``latency.compile_kernel`` and
+    # (``fit_upgrade.upgrade_fit``): the same prices. ``latency.compile_kernel`` and
     # ``latency.compile_fast`` of a formula with serial features price it.
     floor: bool = False
     # Lines: a byte-only formula that is the least of this many latency-plus-bandwidth

@@ -71,7 +71,7 @@ MLA_PREFILL_SERIAL = ("waves",)
 # (``mla_features.kernel_replay_l2``: where the kernel's whole working set fits in
 # ``features.REPLAY_L2_SHARE`` of L2, all of it, its HBM bytes then zero; the collectors'
 # replays are cited there), on the compute side; a serving step reads from HBM (zero). A
-# fit without it reads with ``c_l2_bytes`` 0 (``profile._upgrade``): the same prices.
+# fit without it reads with ``c_l2_bytes`` 0 (``fit_upgrade.upgrade_fit``): the same prices.
 # ``mla_prefill*`` takes it before its serial ``waves``, ``mla_decode*`` after its launch
 # features.
 MLA_KERNEL_REPLAY = ("l2_bytes",)
@@ -105,7 +105,7 @@ MLA_MODULE_DECODE_EXTRAS = (*MLA_MODULE_EXTRAS, *MLA_DECODE_LAUNCH)
 # (``mla_module.module_replay_l2``: the whole module's bytes, weights, activations and
 # KV, within ``features.REPLAY_L2_SHARE`` of L2), on the compute side, its HBM bytes then
 # zero; a serving step reads from HBM (zero). A module fit without it reads with
-# ``c_l2_bytes`` 0 (``profile._upgrade``): the same prices. Not read by the prefill
+# ``c_l2_bytes`` 0 (``fit_upgrade.upgrade_fit``): the same prices. Not read by the prefill
 # modules: on their fit rows it measured worse (docs/decisions.md, helper ``mla-module``).
 MLA_MODULE_REPLAY = ("l2_bytes",)
 MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL)
@@ -120,7 +120,7 @@ MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL)
 # tables time alone, whose fits price each wave of CTAs (docs/decisions.md, issue 34).
 # On the module tables' fit rows the feature lowered the fitted error of most families
 # (docs/decisions.md, helper ``mlamod37``). A fit without it reads with ``c_waves`` 0
-# (``profile._upgrade``): the same prices (SGLang's per-release fits).
+# (``fit_upgrade.upgrade_fit``): the same prices (SGLang's per-release fits).
 MLA_MODULE_PREFILL_SERIAL = (*MLA_MODULE_SERIAL, *MLA_PREFILL_SERIAL)
 MLA_MODULE_BASE = "gemms_roofline"
 # The absorbed BMMs' compute-side features (``mla_bmm.mla_bmm_features``): the output
@@ -129,7 +129,7 @@ MLA_MODULE_BASE = "gemms_roofline"
 # (``mla_bmm.MLA_BMM_SMALL_TILE``); the smooth maximum's bytes are HBM bytes only
 # (zero for such a set), so the formula has a name of its own (a ``roofline+weight_elems``
 # fit is refused by name). A fit without ``small_waves`` reads with ``c_small_waves`` 0
-# (``profile._upgrade``): the same prices.
+# (``fit_upgrade.upgrade_fit``): the same prices.
 MLA_BMM_EXTRAS = ("waves", "l2_bytes", "small_waves")
 MLA_BMM_BASE = "hbm_roofline"
 # The absorbed BMMs' serial feature: the steps of the activation's quantisation kernel

@@ -32,7 +32,7 @@ MOE_MODES = {"bfloat16": "flops", **PRECISION_GEMMS, **MOE_ONLY_MODES}
 # min-latency one, the mxfp8-activation one): its extras and its serial feature.
 # ``l2_bytes``: a table row's working set read from L2 across the collector's replays
 # (``moe_features.moe_features``); zero in a serving step, so a fit written before it reads
-# with ``c_l2_bytes`` 0 and prices as it did (``profile._upgrade``). ``large_m_weights``:
+# with ``c_l2_bytes`` 0 and prices as it did (``fit_upgrade.upgrade_fit``). ``large_m_weights``:
 # the weights SGLang's large-M default Triton config streams (``moe_features.sglang_large_m``;
 # zero for every other kernel); a fit written before it reads ``c_large_m_weights`` 0.
 # ``pad_flops`` / ``restream_weights``: the FLOPs of the rows a kernel pads each expert's

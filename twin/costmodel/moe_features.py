@@ -185,7 +185,7 @@ def reads_sglang_grid(params: dict[str, float]) -> bool:
     """Whether a fused-MoE fit was fitted on rows with SGLang's Triton grid
     (``sglang_grid_flops``) and the SGLang collector's rank 0
     (``collector_routing.sglang_rank0_row``): a positive ``c_grid_flops``; one written
-    before reads 0 (``profile._upgrade``) and was fitted on the mean rank without it."""
+    before reads 0 (``fit_upgrade.upgrade_fit``) and was fitted on the mean rank without it."""
     return params.get("c_grid_flops", 0.0) > 0.0
 
 

@@ -42,11 +42,15 @@ from pathlib import Path
 from typing import Any
 
 from twin.atomic import write_text_atomic
-from twin.costmodel import features as ft
-from twin.costmodel.collective_families import family, is_allreduce_kernel
+from twin.costmodel.collective_families import is_allreduce_kernel
 from twin.costmodel.engine_kernels import release_kernel, table_kernel
+from twin.costmodel.fit_upgrade import (
+    name_launch_coefficient,
+    stale_launch_coefficient,
+    upgrade_fit,
+)
 from twin.costmodel.formulas import MOE_VARIANTS, check_params, get_formula
-from twin.costmodel.kernel_formula import FLOOR, FLOOR_PARAM, MAX_LINES, KernelFormula, line_params
+from twin.costmodel.kernel_formula import FLOOR_PARAM, MAX_LINES, line_params
 from twin.costmodel.moe_layout import group_tied_table
 from twin.costmodel.series_term import SeriesError, SeriesTerm
 from twin.costmodel.table_release import pick_for_kernel, pick_version
@@ -75,7 +79,7 @@ PEAK_RANGES: tuple[tuple[str, float, str], ...] = (
     ("_bytes", 1e13, "bytes"),
     ("_s", 1.0, "s"),
 )
-# The fit parameters of ``twin.costmodel.formulas`` (t = t0 + smax_p(F / (eff_flops *
+# The fit parameters of ``twin.costmodel.kernel_formula`` (t = t0 + smax_p(F / (eff_flops *
 # peak) + sum c_j x_j, B / (eff_bytes * peak))). None may be negative: t0 is a launch's
 # fixed time (negative: a small kernel takes negative time); eff_* divide the peaks (zero:
 # infinite time; negative: negative time); each c_j multiplies a feature that grows with
@@ -333,8 +337,8 @@ class Profile:
                 )
         for name, fit in fits:
             formula = get_formula(name)
-            _upgrade(fit, formula)
-            _name_launch_coefficient(name, fit, formula)
+            upgrade_fit(fit, formula)
+            name_launch_coefficient(name, fit, formula)
             if fit.model != formula.model_name_of(fit.params):
                 raise TwinError(
                     f"profile {self.gpu!r}, kernel {name!r}: model {fit.model!r} "
@@ -660,86 +664,6 @@ class Profile:
                 if isinstance(data.get(part), dict):
                     data[part] = {k: v for k, v in data[part].items() if not drop(k)}
         return cls.from_dict(data, where=str(path))
-
-
-def _upgrade(fit: KernelFit, formula: KernelFormula) -> None:
-    """Read a fit written before its formula gained extra features: the new features
-    get a zero coefficient, a new floor (``KernelFormula.floor``) a zero floor, and a
-    one-line fit of a formula that now has several lines that line repeated, so the fit
-    predicts exactly what it did. The names are as the fit names its coefficients
-    (``KernelFormula.model_name_of``)."""
-    current = formula.model_name_of(fit.params)
-    old, new = fit.model.split("+"), current.split("+")
-    if formula.lines > 1 and old == ["bandwidth"]:
-        # One line written before the formula had several (``KernelFormula.lines``): every
-        # later line a copy of it, so the least of them is the line it was.
-        for i in range(2, formula.lines + 1):
-            for name, first in zip(line_params(i), line_params(1), strict=True):
-                if first in fit.params:
-                    fit.params.setdefault(name, fit.params[first])
-        fit.model = current
-        return
-    if old == new or old[0] != new[0] or not set(old[1:]) <= set(new[1:]):
-        return
-    for extra in new[1:]:
-        fit.params.setdefault(FLOOR_PARAM if extra == FLOOR else f"c_{extra}", 0.0)
-    fit.model = current
-
-
-def _launch_rule(name: str, fit: KernelFit) -> str:
-    """The decode launch rule of fit ``name`` from its ``provenance``
-    (``features.decode_launch_rule``)."""
-    src = fit.provenance or {}
-    return ft.decode_launch_rule(
-        name,
-        str(src.get("framework", "")),
-        str(src.get("device", "")),
-        str(src.get("kernel_source", "")),
-    )
-
-
-def stale_launch_coefficient(name: str, fit: KernelFit, where: str) -> None:
-    """Refuse an SGLang FlashInfer attention decode fit read from a file under the launch
-    coefficient's slot name ``c_waves_d``: written before attnfix39 (session 39) it was fitted
-    to FA3's grid, between then and session 40 to FlashInfer's, so the name no longer says
-    which (review39's first item); a fit made since is written ``c_flashinfer_waves``
-    (``features.launch_coefficient``). ``twin calibrate ... --refit attn_decode`` refits it."""
-    try:
-        formula = get_formula(name)
-    except TwinError:
-        return  # an unknown family: the profile's own check names it
-    if not formula.aliases or ft.WAVES_COEFFICIENT not in fit.params:
-        return
-    if _launch_rule(name, fit) == ft.FLASHINFER_GRID_RULE:
-        raise TwinError(
-            f"{where}: an SGLang FlashInfer decode fit names its launch coefficient "
-            f"{ft.WAVES_COEFFICIENT}, fitted to FA3's grid before session 39 and to "
-            f"FlashInfer's after; refit the family (twin calibrate --from aiconfigurator "
-            f"--refit {family(name)} ...), whose fit is written {ft.FLASHINFER_COEFFICIENT}"
-        )
-
-
-def _name_launch_coefficient(name: str, fit: KernelFit, formula: KernelFormula) -> None:
-    """An aliased coefficient (``KernelFormula.aliases``: the attention decode families'
-    third) under the name its launch rule gives it (``features.launch_coefficient`` of
-    ``features.decode_launch_rule`` of the fit's ``provenance``): a TensorRT-LLM Hopper XQA
-    fit written with ``c_waves_d`` reads as ``c_xqa_ctas``, at the same value and position
-    (the same prices), and its model name says so (``KernelFormula.model_name_of``:
-    ``...+xqa_ctas``; a fit named for either naming of this formula is renamed, any other
-    name is left for the check to refuse)."""
-    if not formula.aliases:
-        return
-    want = ft.launch_coefficient(_launch_rule(name, fit))
-    # The names this formula's fit may carry now: the slot's (the name every fit of the
-    # family had before session 39's review; a fit saved since attnfix39 carries it with
-    # ``c_xqa_ctas``) and the one its coefficients give.
-    named = {formula.model_name, formula.model_name_of(fit.params)}
-    for a, b in formula.aliases:
-        old = b if want == a else a if want == b else None
-        if old is not None and old in fit.params and want not in fit.params:
-            fit.params = {(want if k == old else k): v for k, v in fit.params.items()}
-    if fit.model in named:
-        fit.model = formula.model_name_of(fit.params)
 
 
 def _overhead(data: Any) -> dict[str, Any] | None:
