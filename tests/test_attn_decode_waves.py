@@ -163,7 +163,8 @@ def test_the_fit_reader_passes_the_sms_of_the_tables_gpu() -> None:
 def test_a_serving_decode_prices_the_waves_of_its_gpu() -> None:
     """A serving step's attention decode passes the waves at the profile's GPU's SMs: the
     shipped H100 vLLM fit prices them (``c_waves_d`` > 0) in the step, the run of decode
-    steps and the compiled step alike (``compiled.step_seconds`` transliterates the waves)."""
+    steps and the compiled step alike (``compiled.step_seconds`` compiles
+    ``features.decode_sums``)."""
     from twin.costmodel import CostModel
     from twin.costmodel.profile_store import resolve_profile
     from twin.presets import get_model

@@ -1,8 +1,9 @@
 """Decode runs timed by compiled code equal the Python path to the bit (issue 16).
 
-``twin.costmodel.compiled.fill_ends`` transliterates the attention decode
-kernel (``latency.compile_affine``'s form), ``decode_pricing.decode_steps``
-and ``DecodeRun``'s running sums; the engine's outputs stay byte-identical only if
+``twin.costmodel.compiled.fill_ends`` prices the attention decode kernel by the
+compiled ``latency.roofline_s`` (``latency.compile_affine``'s features), then sums
+``decode_pricing.decode_steps``' parts and ``DecodeRun``'s running sums; the engine's
+outputs stay byte-identical only if
 every end it writes equals ``itertools.accumulate`` over ``CostModel.decode_steps_s``
 exactly (``==``, never approx): on every shipped profile and preset, both of
 ``decode_steps_s``' forms (the loop and the arrays), the kernel's edge branches,

@@ -1,9 +1,12 @@
 """A mixed step priced by compiled code equals the Python path to the bit (issue 16).
 
 ``CostModel.compile_steps`` hands ``step_spread`` of at most one prefill chunk to
-``twin.costmodel.compiled.step_seconds``, a transliteration of the step's
-sums, the mixers' and the head's kernels and the host time. The engine's outputs
-stay byte-identical only if every price equals the Python path's exactly (``==``):
+``twin.costmodel.compiled.step_seconds``: the Python path's own scalar rules (the
+step's sums, the mixers' and the head's features, the roofline) compiled by numba, and
+the compiled module's own packing of a model's constants and assembly of the parts and
+the host time. The engine's outputs stay byte-identical only if the packing and the
+assembly are right and numba's code gives CPython's floats (the same libm ``pow``, int64
+counts), so every price equals the Python path's exactly (``==``):
 every shipped profile and preset (full and sliding-window attention, Mamba2, Mamba-1,
 GDN), tensor parallelism, both host modes, random chunks, batches and contexts; and where
 it does not serve, Python answers.

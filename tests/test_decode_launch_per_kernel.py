@@ -227,10 +227,12 @@ def test_the_xqa_coefficient_is_named_and_an_old_file_prices_identically(tmp_pat
 
 
 def test_the_compiled_step_takes_flashinfers_128_row_tile_above_a_group_of_64() -> None:
-    """``compiled._attention_s`` repeats ``flashinfer_cta_tile_q`` in integers: at a group of
-    96 (one 128-row tile a KV head, where a 64-row tile would launch two) the compiled step, the
-    decode runs and the step agree on b200-sglang across a wave's edge (review39: at a group of
-    64 or less every tile holds the group, so no other test tells the tiles apart)."""
+    """At a group of 96 (one 128-row tile a KV head, ``flashinfer_cta_tile_q``, where a 64-row
+    tile would launch two) the compiled step, the decode runs and the step agree on
+    b200-sglang across a wave's edge (review39: at a group of 64 or less every tile holds the
+    group, so no other test tells the tiles apart). The compiled step compiles the rule itself
+    (``features.decode_launch``); this checks it is handed the FlashInfer launch code and
+    the heads as the Python step prices them."""
     from dataclasses import replace
 
     from twin.costmodel import CostModel

@@ -3,7 +3,8 @@
 numba stamps a cached function with its own file only; a caller cached with a callee of
 another file inlined would survive the callee's change. ``twin.jit`` stamps each cache
 with a hash of the sources its caller names too: the policies kernel's package
-(``kernel.compiling``), so any module's change recompiles them all."""
+(``kernel.compiling``) and the cost model's modules (``costmodel.compiled.SOURCES``), so
+any module's change recompiles them all."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numba
 from numba.core.caching import NullCache
 from numba.core.registry import CPUDispatcher
 
+from twin.costmodel import compiled
 from twin.jit import compile_fn, source_stamp
 from twin.policies.compiled import kernel
 from twin.policies.compiled.kernel.compiling import PACKAGE_STAMP
@@ -66,6 +68,26 @@ def test_every_kernel_function_is_cached_under_the_package_stamp() -> None:
     assert len(dispatchers) == sum(p.read_text().count("\n@jit") for p in sources)
     for d in dispatchers:
         assert _cached_stamp(d) in (None, PACKAGE_STAMP), d
+
+
+def test_the_compiled_pricing_is_cached_under_the_cost_model_sources() -> None:
+    stamp = source_stamp(*compiled.SOURCES)
+    folder = Path(compiled.__file__).parent
+    # Every module a compiled rule comes from is stamped.
+    assert set(compiled.SOURCES) == {folder, Path(compiled.mixers.__file__)}
+    dispatchers = [d for d in vars(compiled).values() if isinstance(d, CPUDispatcher)]
+    assert {d.py_func.__module__ for d in dispatchers} >= {
+        "twin.mixers",
+        "twin.costmodel.compiled",
+        "twin.costmodel.features",
+        "twin.costmodel.latency",
+        "twin.costmodel.mixer_kernels",
+        "twin.costmodel.ssm_features",
+        "twin.costmodel.step_features",
+    }
+    for d in dispatchers:
+        assert Path(d.py_func.__code__.co_filename).parent in (folder, folder.parent), d
+        assert _cached_stamp(d) in (None, stamp), d
 
 
 def _twice(a: int) -> int:

@@ -71,6 +71,18 @@ def keys_upto(m: int, window: int | None) -> int:
     return window * (window + 1) // 2 + (m - window) * window
 
 
+def chunk_keys(n: int, cached: int, window: int | None) -> int:
+    """Query-key pairs of a causal chunk of ``n`` new tokens after ``cached`` (bottom-right
+    aligned; ``window`` None: full attention)."""
+    return keys_upto(cached + n, window) - keys_upto(cached, window)
+
+
+def chunk_kv_rows(n: int, cached: int, window: int | None) -> int:
+    """K/V rows a causal chunk of ``n`` new tokens after ``cached`` reads: every one, or
+    the window's before its first new token and the new ones."""
+    return cached + n if window is None else min(cached + n, window + n)
+
+
 def window_of(m: ModelSpec, kind: str) -> int | None:
     """The attention window of ``kind`` (None: full causal)."""
     return m.sliding_window if kind == "swa" else None
@@ -277,13 +289,13 @@ def prefill_flops(m: ModelSpec, kind: str, n: int, n_cached: int) -> int:
         # latents, then QK^T at nope + rope and AV at v per head over the attended keys.
         # Re-decompressing the cached context (vLLM's chunked-context loop) is left to
         # ``mla_decompress_flops`` so that prefills stay additive over splits.
-        keys = keys_upto(n_cached + n, None) - keys_upto(n_cached, None)
+        keys = chunk_keys(n, n_cached, None)
         per_key = 2 * m.n_heads * (mla_q_head_dim(m) + m.v_head_dim)
         return n * mla_token_flops(m) + mla_decompress_flops(m, n) + per_key * keys
     if kind in GQA_KINDS:
         q, kv = m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim
         w = window_of(m, kind)
-        keys = keys_upto(n_cached + n, w) - keys_upto(n_cached, w)
+        keys = chunk_keys(n, n_cached, w)
         # QKV (and gate) and O projections, then QK^T and AV over the attended keys.
         return 2 * n * d * (q_proj_width(m) + 2 * kv) + 2 * n * q * d + 4 * q * keys
     if kind == "mamba2":

@@ -1,4 +1,4 @@
-"""The engine's hot pricing paths as compiled code (numba), equal to the Python to the bit.
+"""The engine's hot pricing paths as compiled code (numba), the Python path's own rules compiled.
 
 Two calls, each in place of a dozen Python calls:
 
@@ -11,66 +11,98 @@ Two calls, each in place of a dozen Python calls:
   the dense layers' price depends on the token count alone and comes from
   ``CostModel``'s memo.
 
-Each transliterates Python pieces, named where they are, with the same float and
-integer operations in the same order, so every price equals the Python path's to the
-bit (``tests/test_compiled_decode.py``, ``tests/test_compiled_step.py``, ``==`` on every
-shipped profile and preset and on random constants). No ``fastmath`` (``twin.jit``: no
-FMA contraction, no reassociation); ``x ** y`` on floats is LLVM's ``pow`` intrinsic,
-which calls the C library's ``pow`` as CPython's ``float.__pow__`` does (numba links the
-process's own libm). Integer sums are int64: ``CostModel.step_spread`` asks only for
-counts under ``model.MAX_TOKENS`` (``keys_upto`` of 2^30 tokens is under 2^59).
+Each rule they apply is written once, as a plain scalar Python function where its concept
+lives, which the Python path calls: the roofline (``latency.roofline_s``), the attention
+sums and decode launch rules (``features.attn_prefill_sums``, ``decode_sums``,
+``decode_launch`` and what it calls), a chunk's keys and K/V rows (``mixers.chunk_keys``,
+``chunk_kv_rows``), the decodes' window keys (``step_features.spread_keys``), the convs'
+sums, CTAs and waves (``ssm_features``), the Mamba2 / Mamba-1 / GDN sums
+(``ssm_features``, ``mixer_kernels``) and the LM head's GEMM and waves
+(``features.gemm_sums``, ``tile_wave_k``). This module compiles those very functions
+(``twin.jit``: a compiled rule calls the compiled forms of the rules it calls) and keeps
+only its own: the packing of a model's constants into arrays and the step's assembly (the
+parts summed in ``_sum_parts``' order, the host time). So every price equals the Python
+path's to the bit (``tests/test_compiled_decode.py``, ``tests/test_compiled_step.py``,
+``==`` on every shipped profile and preset and on random constants): the same operations
+in the same order. No ``fastmath`` (``twin.jit``: no FMA contraction, no reassociation);
+``x ** y`` on floats is LLVM's ``pow`` intrinsic, which calls the C library's ``pow`` as
+CPython's ``float.__pow__`` does (numba links the process's own libm). Integer sums are
+int64: ``CostModel.step_spread`` asks only for counts under ``model.MAX_TOKENS``
+(``keys_upto`` of 2^30 tokens is under 2^59).
 
-Why one module, past 400 lines: numba caches each compiled function on disk keyed by
-its own source file, and a cached function carries the code of what it calls; both
-paths call :func:`_kernel_s`, so a change to it in another file would leave the other's
-cache stale.
+numba caches each compiled function on disk keyed by its own source file, and a cached
+function carries the code of what it calls: every function here and every rule it
+compiles is cached under a hash of the cost model's sources (:data:`SOURCES`, every
+module they come from), so a change to any of them recompiles all of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from twin import mixers
+from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
-from twin.costmodel.features import (
-    DECODE_PACKED_ROWS,
-    FLASHINFER_BLOCKS_PER_SM,
-    GEMM_TILE_M,
-    GEMM_TILE_N,
-    XQA_ENABLE_MIN_BLOCK_FACTOR,
-    XQA_MAX_GROUP,
-    XQA_MIN_HISTORY_TOKENS_PER_BLOCK,
-    launch_code,
-)
-from twin.costmodel.ssm_features import CONV_UPDATE_RESIDENT, CONV_UPDATE_THREADS
-from twin.jit import jit
+from twin.costmodel import mixer_kernels as mk
+from twin.costmodel import ssm_features as ssm_ft
+from twin.costmodel import step_features as sf
+from twin.costmodel.features import launch_code
+from twin.jit import jit as jit_now
+
+# The sources the compiled code comes from: the cost model's modules and ``twin.mixers``.
+SOURCES = (Path(__file__).parent, Path(mixers.__file__))
+
+
+def jit(signature: str) -> Any:
+    """``twin.jit.jit`` for ``signature``, cached under :data:`SOURCES`."""
+    return jit_now(signature, *SOURCES)
+
+
+# The rules, each compiled after those it calls (``twin.jit``); counts are int64, a window
+# None for full attention, an SM count 0 where not known.
+_keys_upto = jit("i8(i8, optional(i8))")(mixers.keys_upto)
+_chunk_keys = jit("i8(i8, i8, optional(i8))")(mixers.chunk_keys)
+_chunk_kv_rows = jit("i8(i8, i8, optional(i8))")(mixers.chunk_kv_rows)
+_spread_keys = jit("i8(i8, i8, i8)")(sf.spread_keys)
+jit("i8(i8)")(mixers.mamba1_scan_flops_per_channel)
+jit("i8(i8, i8, i8)")(mixers.gdn_chunk_flops_per_head)
+_roofline_s = jit("f8(f8, f8, f8, f8, f8, f8, f8, f8, f8, f8, f8, f8, f8)")(lat.roofline_s)
+_bandwidth_s = jit("f8(f8, f8, f8, f8, f8, f8, f8)")(lat.bandwidth_s)
+_prefill_sums = jit("UniTuple(f8, 4)(i8, i8, i8, i8, i8, i8, i8, i8, i8)")(ft.attn_prefill_sums)
+jit("f8(i8, i8, i8, i8, i8, i8)")(ft.decode_grid_waves)
+jit("f8(i8, i8, i8, i8, i8)")(ft.attn_decode_waves_d)
+jit("i8(i8)")(ft.flashinfer_cta_tile_q)
+jit("f8(i8, i8, i8, i8, i8)")(ft.flashinfer_decode_waves)
+jit("f8(i8, i8, i8, i8, i8)")(ft.xqa_from_keys)
+jit("UniTuple(f8, 2)(i8, i8, i8, i8, i8, i8)")(ft.decode_launch)
+_decode_sums = jit("UniTuple(f8, 5)(i8, i8, i8, i8, i8, i8, i8, i8, i8)")(ft.decode_sums)
+jit("i8(i8, i8, i8, i8, i8, i8)")(ft.tile_waves)
+_tile_wave_k = jit("i8(i8, i8, i8, i8, i8)")(ft.tile_wave_k)
+_gemm_sums = jit("UniTuple(f8, 3)(i8, i8, i8, i8)")(ft.gemm_sums)
+_conv1d_sums = jit("Tuple((f8, i8))(i8, i8, i8, i8, i8, b1)")(ssm_ft.conv1d_sums)
+_conv1d_ctas = jit("UniTuple(f8, 2)(i8, i8, i8, i8)")(ssm_ft.conv1d_ctas)
+_conv_update_waves = jit("f8(i8, i8, i8)")(ssm_ft.conv_update_waves)
+_ssm_scan_sums = jit("UniTuple(f8, 3)(i8, i8, i8, i8, i8, i8, i8, i8)")(ssm_ft.ssm_scan_sums)
+_ssm_step_sums = jit("UniTuple(f8, 2)(i8, i8, i8, i8, i8, i8, i8)")(ssm_ft.ssm_step_sums)
+_m1_scan_sums = jit("UniTuple(f8, 3)(i8, i8, i8, i8)")(mk.mamba1_scan_sums)
+_m1_step = jit("UniTuple(f8, 2)(i8, i8, i8, i8, i8)")(mk.mamba1_step_features)
+_gdn_chunk_sums = jit("UniTuple(f8, 3)(i8, i8, i8, i8, i8, i8, i8, i8)")(mk.gdn_chunk_sums)
+_gdn_step = jit("UniTuple(f8, 2)(i8, i8, i8, i8, i8, i8, i8)")(mk.gdn_step_features)
+_gdn_chunk_s = jit("f8(f8, i8, f8)")(mk.gdn_chunk_s)
 
 
 @jit("f8(f8[::1], f8, f8, f8, f8, f8)")
 def _kernel_s(k: np.ndarray, flops: float, nbytes: float, x: float, y: float, z: float) -> float:
-    """``latency._compile_pair``'s ``fast`` (or the bandwidth-only ``scalar``) of the kernel
-    whose constants are ``k`` (a ``latency.KernelConstants``, in its order; ``z`` the third
-    extra, the attention decode families' ``waves_d``, 0 for every other kernel).
-
-    ``fast`` ends ``m * ((a/m)**p + (b/m)**p) ** inv_p`` with ``m`` the larger side; here
-    that side's term is 1.0, as in ``compile_affine``'s loop: ``m / m`` is exactly 1.0,
-    ``pow(1.0, p)`` is exactly 1.0 (C99 F.9.4.4) and ``+`` commutes, so the price is the
-    same to the bit, one ``pow`` call fewer."""
-    t0, inv_b = k[1], k[2]
+    """The price of the kernel whose constants are ``k`` (a ``latency.KernelConstants``, in
+    its order; ``z`` the third extra, the attention decode families' ``waves_d``, 0 for
+    every other kernel): ``compile_fast``'s, ``latency.roofline_s`` or ``bandwidth_s``."""
     if k[0] == 0.0:
-        return t0 + nbytes * inv_b
-    inv_f, cx, cy, p, inv_p, cz = k[3], k[4], k[5], k[6], k[7], k[8]
-    a = flops * inv_f + cx * x + cy * y + cz * z
-    b = nbytes * inv_b
-    if a <= 0.0:
-        return t0 + b
-    if b <= 0.0:
-        return t0 + a
-    if a > b:
-        return t0 + a * (1.0 + (b / a) ** p) ** inv_p
-    return t0 + b * ((a / b) ** p + 1.0) ** inv_p
+        return _bandwidth_s(k[1], k[2], flops, nbytes, x, y, z)
+    return _roofline_s(k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], flops, nbytes, x, y, z)
 
 
 # ----- decode runs ----------------------------------------------------------------------
@@ -265,43 +297,6 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
     return kc, np.array(ints, np.int64)
 
 
-@jit("f8(f8[:, ::1], i8[::1], i8, i8, i8, i8, i8)")
-def _attention_s(
-    kc: np.ndarray, mi: np.ndarray, row: int, queries: int, keys: int, kv_rows: int, seqs: int
-) -> float:
-    """``features.attn_prefill_sums`` priced by kernel ``row``; the decode kernel's
-    (``ATTN_DECODE``) with its launch extra (``features.attn_decode_launch``: the FA3 grid's
-    waves x head dim, FlashInfer's (``flashinfer_decode_waves``), or TensorRT-LLM Hopper's XQA
-    CTAs from ``xqa_from_keys`` on; integers,
-    exact as there)."""
-    e, heads, kv_heads, head_dim = mi[ELEM], mi[HEADS], mi[KV_HEADS], mi[HEAD_DIM]
-    kv_e = mi[KV_ELEM]
-    flops = 4.0 * heads * head_dim * keys
-    if kv_e == e:
-        nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
-    else:
-        nbytes = e * 2.0 * queries * heads * head_dim + kv_e * 2.0 * kv_rows * kv_heads * head_dim
-    waves = 0
-    sms = mi[SMS]
-    if row == ATTN_DECODE and sms and seqs > 0 and mi[LAUNCH] == 1:
-        group = heads // kv_heads
-        if 1 < group <= XQA_MAX_GROUP and head_dim % 16 == 0 and 16 <= head_dim <= 256:
-            blocks = -(-sms // (XQA_ENABLE_MIN_BLOCK_FACTOR * kv_heads * seqs))
-            start = 0 if blocks <= 1 else seqs * (XQA_MIN_HISTORY_TOKENS_PER_BLOCK * blocks + 1)
-            if keys >= start:
-                waves = kv_heads * seqs
-    elif row == ATTN_DECODE and sms and seqs > 0 and mi[LAUNCH] == 2:
-        group = heads // kv_heads
-        tile_q = 128 if group > 64 else (64 if group > 16 else 16)  # flashinfer_cta_tile_q
-        ctas = seqs * kv_heads * -(-group // tile_q)
-        waves = -(-ctas // (FLASHINFER_BLOCKS_PER_SM * sms)) * head_dim
-    elif row == ATTN_DECODE and sms and seqs > 0:
-        blocks = -(-(heads // kv_heads) // DECODE_PACKED_ROWS)
-        waves = -(-(seqs * kv_heads * blocks) // sms) * head_dim
-    x, y = float(heads) * keys, float(kv_heads * seqs)
-    return _kernel_s(kc[row], flops, nbytes, x, y, float(waves))
-
-
 @jit("f8(f8[:, ::1], i8[::1], f8, i8, i8, i8, i8, i8, i8)")
 def _attention_kind(
     kc: np.ndarray,
@@ -315,48 +310,43 @@ def _attention_kind(
     decode_keys: int,
 ) -> float:
     """``total`` plus one attention kind's parts (``_mixing_parts``' group of that kind):
-    its prefill over one chunk of ``n`` tokens (if any), then its decodes."""
+    its prefill over one chunk of ``n`` tokens (if any), then its decodes with the launch
+    extra of the decode fit's rule (``features.decode_sums``)."""
+    e, heads, kv_heads, head_dim, kv_e = (
+        mi[ELEM],
+        mi[HEADS],
+        mi[KV_HEADS],
+        mi[HEAD_DIM],
+        mi[KV_ELEM],
+    )
     if n:
-        total += layers * _attention_s(kc, mi, ATTN_PREFILL, n, keys, kv_rows, 1)
+        flops, nbytes, x, y = _prefill_sums(n, keys, kv_rows, 1, heads, kv_heads, head_dim, e, kv_e)
+        total += layers * _kernel_s(kc[ATTN_PREFILL], flops, nbytes, x, y, 0.0)
     if batch:
-        total += layers * _attention_s(kc, mi, ATTN_DECODE, batch, decode_keys, decode_keys, batch)
+        flops, nbytes, x, y, z = _decode_sums(
+            batch, decode_keys, heads, kv_heads, head_dim, e, kv_e, mi[SMS], mi[LAUNCH]
+        )
+        total += layers * _kernel_s(kc[ATTN_DECODE], flops, nbytes, x, y, z)
     return total
-
-
-@jit("i8(i8, i8)")
-def _keys_upto(m: int, window: int) -> int:
-    """``mixers.keys_upto``: keys attended by the first ``m`` causal tokens (``window``
-    -1: full attention, ``None`` there)."""
-    if window < 0 or m <= window:
-        return m * (m + 1) // 2
-    return window * (window + 1) // 2 + (m - window) * window
 
 
 @jit("f8(f8[:, ::1], i8, i8, i8, i8, i8)")
 def _conv_prompt(kc: np.ndarray, e: int, n: int, chunks: int, width: int, taps: int) -> float:
     """``MixerPricing._conv`` over a step's prompt tokens: ``conv1d_features(1, n, width,
-    taps, e, sequences=chunks)``, a varlen call: the chunks' channels are its CTAs, every
-    one unaligned (both extra features)."""
-    cf = 2.0 * 1 * n * width * taps
-    cb = float(e * (2 * 1 * n * width + width * taps))
-    ctas = float(chunks * width)
-    return _kernel_s(kc[CONV1D], cf, cb, ctas, ctas, 0.0)
+    taps, e, sequences=chunks)``, a varlen call."""
+    flops, nbytes = _conv1d_sums(1, n, width, taps, e, False)
+    ctas, unaligned = _conv1d_ctas(1, n, width, chunks)
+    return _kernel_s(kc[CONV1D], flops, float(nbytes), ctas, unaligned, 0.0)
 
 
 @jit("f8(f8[:, ::1], i8, i8, i8, i8, i8)")
 def _conv_update(kc: np.ndarray, e: int, batch: int, width: int, taps: int, sms: int) -> float:
     """``MixerPricing._conv``'s decode update: ``conv1d_features(batch, 1, width, taps, e,
-    True, sms)`` priced by ``CostModel._conv_update``: the waves of its 64-thread CTAs
-    (``ssm_features.conv_update_waves``: fractional above one; 0 without an SM count) and no
-    L2 bytes (serving's ``l2_bytes`` None: the second extra 0)."""
-    cf = 2.0 * batch * 1 * width * taps
-    ub = e * (2 * batch * 1 * width + width * taps)
-    ub += e * 2 * batch * width * taps
-    waves = 0.0
-    if sms:
-        ctas = batch * -(-width // CONV_UPDATE_THREADS)
-        waves = max(1.0, ctas / (sms * CONV_UPDATE_RESIDENT))
-    return _kernel_s(kc[CONV_UPDATE], cf, float(ub), waves, 0.0, 0.0)
+    True, sms)`` priced by ``CostModel._conv_update``, no L2 bytes (serving's ``l2_bytes``
+    None: every byte from HBM, the second extra 0)."""
+    flops, nbytes = _conv1d_sums(batch, 1, width, taps, e, True)
+    waves = _conv_update_waves(batch, width, sms)
+    return _kernel_s(kc[CONV_UPDATE], flops, float(nbytes), waves, 0.0, 0.0)
 
 
 @jit("f8(f8[:, ::1], i8[::1], i8, i8, i8, i8, f8)")
@@ -366,26 +356,21 @@ def step_seconds(
     """Seconds of a step of one prefill chunk of ``n`` new tokens after ``cached`` ones
     (``n = 0``: none) and ``batch`` decodes over ``context`` keys in all, whose dense
     layers cost ``dense`` (``CostModel.step_spread``; ``n + batch > 0``)."""
-    e = mi[ELEM]
+    e, sms, state_e = mi[ELEM], mi[SMS], mi[STATE_ELEM]
     # 1. ``aggregate_spread``: ``_prefill_sums`` of at most one chunk, then ``_features``.
     chunks = 1 if n else 0
     window = mi[WINDOW]
     p_keys = p_kv = s_keys = s_kv = scan_chunks = g_chunks = 0
     if n:
         if mi[ATTN_LAYERS]:
-            p_keys = _keys_upto(cached + n, -1) - _keys_upto(cached, -1)
-            p_kv = cached + n
+            p_keys, p_kv = _chunk_keys(n, cached, None), _chunk_kv_rows(n, cached, None)
         if mi[SWA_LAYERS]:
-            s_keys = _keys_upto(cached + n, window) - _keys_upto(cached, window)
-            s_kv = min(cached + n, window + n)
+            s_keys, s_kv = _chunk_keys(n, cached, window), _chunk_kv_rows(n, cached, window)
         scan_chunks = -(-n // mi[CHUNK])
         if mi[GDN_LAYERS]:
             g_chunks = -(-n // mi[GDN_CHUNK_LEN])
     d_keys = context + batch if mi[ATTN_LAYERS] else 0
-    s_dec = 0
-    if mi[SWA_LAYERS] and batch:
-        base, extra = context // batch, context % batch  # the even spread (``divmod``)
-        s_dec = extra * min(base + 2, window) + (batch - extra) * min(base + 1, window)
+    s_dec = _spread_keys(batch, context, window) if mi[SWA_LAYERS] else 0
     tokens = n + batch
     sequences = chunks + batch
     # 2. ``_mixing_parts`` summed as ``_sum_parts`` sums them (layers x seconds, in order).
@@ -396,89 +381,48 @@ def step_seconds(
         total = _attention_kind(kc, mi, total, mi[SWA_LAYERS], n, s_keys, s_kv, batch, s_dec)
     if mi[M2_LAYERS]:
         layers, width, taps = mi[M2_LAYERS], mi[CONV_CHANNELS], mi[TAPS]
-        nheads, channels, d_state = mi[SSM_HEADS], mi[SSM_HEADS] * mi[SSM_HEAD_DIM], mi[D_STATE]
-        ngroups, chunk = mi[GROUPS], mi[SCAN_CHUNK]
+        ssm = (mi[SSM_HEADS], mi[SSM_HEAD_DIM], mi[D_STATE], mi[GROUPS])
         if chunks:
-            # ``ssm_scan_sums(n, scan_chunks, ...)``
-            padded = scan_chunks * chunk
-            flops = padded * (
-                2.0 * channels * (2 * d_state + chunk) + 2.0 * chunk * d_state * ngroups
-            )
-            nbytes = (
-                e * n * (2.0 * channels + 2.0 * ngroups * d_state + nheads)
-                + 8.0 * scan_chunks * channels * d_state
-            )
-            s = _kernel_s(kc[SSM_SCAN], flops, nbytes, float(scan_chunks * nheads), 0.0, 0.0)
-            total += layers * s
+            flops, nbytes, x = _ssm_scan_sums(n, scan_chunks, *ssm, mi[SCAN_CHUNK], e)
+            total += layers * _kernel_s(kc[SSM_SCAN], flops, nbytes, x, 0.0, 0.0)
             total += layers * _conv_prompt(kc, e, n, chunks, width, taps)
         if batch:
-            # ``ssm_step_features(batch, ...)``, then the conv update
-            sf = 6.0 * batch * channels * d_state
-            sb = float(
-                batch
-                * (
-                    2 * channels * d_state * mi[STATE_ELEM]
-                    + e * (2 * channels + 2 * ngroups * d_state + 2 * nheads)
-                )
-            )
-            total += layers * _kernel_s(kc[SSM_STEP], sf, sb, 0.0, 0.0, 0.0)
-            total += layers * _conv_update(kc, e, batch, width, taps, mi[SMS])
+            flops, nbytes = _ssm_step_sums(batch, *ssm, e, state_e)
+            total += layers * _kernel_s(kc[SSM_STEP], flops, nbytes, 0.0, 0.0, 0.0)
+            total += layers * _conv_update(kc, e, batch, width, taps, sms)
     if mi[M1_LAYERS]:
         layers, inner, d_state, taps = mi[M1_LAYERS], mi[M1_INNER], mi[M1_STATE], mi[TAPS]
-        per_channel = 8 * d_state + 2  # ``mixers.mamba1_scan_flops_per_channel``
         if chunks:
-            # ``mixer_kernels.mamba1_scan_sums(n, inner, d_state, e)``, then the prompt conv
-            flops = float(n * inner * per_channel)
-            nbytes = e * n * (4.0 * inner + 2.0 * d_state) + 4.0 * inner * d_state
-            total += layers * _kernel_s(kc[M1_SCAN], flops, nbytes, 0.0, 0.0, 0.0)
+            flops, nbytes, x = _m1_scan_sums(n, inner, d_state, e)
+            total += layers * _kernel_s(kc[M1_SCAN], flops, nbytes, x, 0.0, 0.0)
             total += layers * _conv_prompt(kc, e, n, chunks, inner, taps)
         if batch:
-            # ``mamba1_step_features``, then the conv update
-            sf = float(batch * inner * per_channel)
-            sb = float(
-                batch * (2 * inner * d_state * mi[STATE_ELEM] + e * (4 * inner + 2 * d_state))
-            )
-            total += layers * _kernel_s(kc[M1_STEP], sf, sb, 0.0, 0.0, 0.0)
-            total += layers * _conv_update(kc, e, batch, inner, taps, mi[SMS])
+            flops, nbytes = _m1_step(batch, inner, d_state, e, state_e)
+            total += layers * _kernel_s(kc[M1_STEP], flops, nbytes, 0.0, 0.0, 0.0)
+            total += layers * _conv_update(kc, e, batch, inner, taps, sms)
     if mi[GDN_LAYERS]:
-        layers, v_heads, k_heads = mi[GDN_LAYERS], mi[GDN_V], mi[GDN_K]
-        k_dim, v_dim, g_chunk = mi[GDN_KDIM], mi[GDN_VDIM], mi[GDN_CHUNK_LEN]
-        width, taps = mi[GDN_CONV], mi[GDN_TAPS]
-        io = 2 * k_heads * k_dim + 2 * v_heads * v_dim + 2 * v_heads
+        layers, width, taps = mi[GDN_LAYERS], mi[GDN_CONV], mi[GDN_TAPS]
+        dims = (mi[GDN_V], mi[GDN_K], mi[GDN_KDIM], mi[GDN_VDIM])
         if chunks:
-            # ``gdn_chunk_sums(n, g_chunks, ...)`` (``mixers.gdn_chunk_flops_per_head``)
-            per_head = 6 * g_chunk * k_dim + 4 * g_chunk * v_dim + 6 * k_dim * v_dim
-            per_head += g_chunk * g_chunk
-            flops = float(g_chunks * g_chunk * v_heads * per_head)
-            nbytes = e * n * io + 8.0 * g_chunks * v_heads * k_dim * v_dim
-            x = float(g_chunks * v_heads)
-            # ``mk.gdn_chunk_s``: the one chunk's sequential pass where longer
-            chunk_s = max(
-                _kernel_s(kc[GDN_CHUNK], flops, nbytes, x, 0.0, 0.0), kc[GDN_SEQ_ROW, 0] * g_chunks
-            )
-            total += layers * chunk_s
+            flops, nbytes, x = _gdn_chunk_sums(n, g_chunks, *dims, mi[GDN_CHUNK_LEN], e)
+            kernel = _kernel_s(kc[GDN_CHUNK], flops, nbytes, x, 0.0, 0.0)
+            # The one chunk's sequential pass: ``gdn_depth`` is its chunks.
+            total += layers * _gdn_chunk_s(kernel, g_chunks, kc[GDN_SEQ_ROW, 0])
             total += layers * _conv_prompt(kc, e, n, chunks, width, taps)
         if batch:
-            # ``gdn_step_features``, then the conv update
-            sf = float(batch * v_heads * 8 * k_dim * v_dim)
-            state = 2 * v_heads * k_dim * v_dim * mi[STATE_ELEM]
-            sb = float(batch * (state + e * io))
-            total += layers * _kernel_s(kc[GDN_STEP], sf, sb, 0.0, 0.0, 0.0)
-            total += layers * _conv_update(kc, e, batch, width, taps, mi[SMS])
-    # 3. ``_head``: embedding gather, final norm, the LM head's GEMM (``gemm_sums``).
+            flops, nbytes = _gdn_step(batch, *dims, e, state_e)
+            total += layers * _kernel_s(kc[GDN_STEP], flops, nbytes, 0.0, 0.0, 0.0)
+            total += layers * _conv_update(kc, e, batch, width, taps, sms)
+    # 3. ``DensePricing._head``: embedding gather, final norm, the LM head's GEMM
+    # (``_gemm``: ``gemm_sums`` and ``gemm_wave_k``, whose default tile's is ``tile_wave_k``).
     d, vocab = mi[D_MODEL], mi[VOCAB]
     embed = _kernel_s(kc[ELEMENTWISE], 0.0, e * 2.0 * tokens * d, 0.0, 0.0, 0.0)
     norm = _kernel_s(kc[ELEMENTWISE], 0.0, e * (2.0 * tokens * d + d), 0.0, 0.0, 0.0)
     lm = 0.0
     if sequences:
-        lm_flops = 2.0 * sequences * d * vocab
-        lm_bytes = float(e * (sequences * d + d * vocab + sequences * vocab))
-        # ``features.gemm_wave_k(sequences, vocab, d, sms)``: integers, exact as there
-        sms, waves = mi[SMS], 0
-        if sms:
-            tiles = -(-sequences // GEMM_TILE_M) * -(-vocab // GEMM_TILE_N)
-            waves = -(-tiles // sms) * d
-        lm = _kernel_s(kc[GEMM], lm_flops, lm_bytes, float(d * vocab), float(waves), 0.0)
+        flops, nbytes, weights = _gemm_sums(sequences, d, vocab, e)
+        waves = _tile_wave_k(sequences, vocab, d, sms, 1)
+        lm = _kernel_s(kc[GEMM], flops, nbytes, weights, float(waves), 0.0)
     head = embed + norm + lm
     # ``_seconds`` and ``_with_host``
     kernels = dense + total + head

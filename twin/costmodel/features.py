@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from twin.model import keys_upto
+from twin.mixers import chunk_keys, chunk_kv_rows
 
 # A sum over sequences: a float, or an array of them (one per step of a decode run,
 # ``CostModel.decode_steps_s``); the formulas are the same element by element.
@@ -204,7 +204,7 @@ def gemm_wave_k(
     if not sms:
         return 0.0
     if not tiles:
-        return tile_waves(m, n, sms, groups) * k
+        return tile_wave_k(m, n, k, sms, groups)
     total: Sums = 0.0
     low = 0.0
     for high, tile_m, tile_n in GEMM_TILE_RULES[tiles]:
@@ -213,6 +213,13 @@ def gemm_wave_k(
         total = total + ((m > low) & (m <= high)) * waves * (area * k)
         low = high
     return total
+
+
+def tile_wave_k(m: Sums, n: float, k: float, sms: int | None, groups: float) -> Sums:
+    """:func:`gemm_wave_k` at the one default tile (``GEMM_TILE_M x GEMM_TILE_N``): waves
+    x ``k`` (0 without an SM count). The compiled step's LM head
+    (``twin.costmodel.compiled``) compiles this function."""
+    return tile_waves(m, n, sms, groups, GEMM_TILE_M, GEMM_TILE_N) * k
 
 
 def attn_prefill_features(
@@ -226,8 +233,7 @@ def attn_prefill_features(
     kv_e: int | None = None,
 ) -> Features:
     """Causal attention of ``n`` new queries after ``c`` cached keys (bottom-right aligned)."""
-    keys = keys_upto(c + n, window) - keys_upto(c, window)
-    kv_rows = c + n if window is None else min(c + n, window + n)
+    keys, kv_rows = chunk_keys(n, c, window), chunk_kv_rows(n, c, window)
     flops, nbytes, scores, tiles = attn_prefill_sums(
         n, keys, kv_rows, 1, heads, kv_heads, head_dim, e, kv_e
     )
@@ -453,10 +459,16 @@ def launch_coefficient(rule: str) -> str:
     return FLASHINFER_COEFFICIENT if rule == FLASHINFER_GRID_RULE else WAVES_COEFFICIENT
 
 
+# The launch rules as integers (:func:`launch_code`), which compiled code takes.
+GRID_LAUNCH, XQA_LAUNCH, FLASHINFER_LAUNCH = 0, 1, 2
+_LAUNCH_CODES = {TRTLLM_XQA_RULE: XQA_LAUNCH, FLASHINFER_GRID_RULE: FLASHINFER_LAUNCH}
+
+
 def launch_code(rule: str) -> int:
-    """The compiled step's integer for ``rule`` (``compiled.LAUNCH``): 1 XQA, 2 FlashInfer's
-    grid, 0 the FA3 / FA2 grid (and the unread tables, which keep it)."""
-    return {TRTLLM_XQA_RULE: 1, FLASHINFER_GRID_RULE: 2}.get(rule, 0)
+    """The integer of ``rule`` (``decode_launch``'s ``code``, the compiled step's
+    ``compiled.LAUNCH``): 1 XQA, 2 FlashInfer's grid, 0 the FA3 / FA2 grid (and the unread
+    tables, which keep it)."""
+    return _LAUNCH_CODES.get(rule, GRID_LAUNCH)
 
 
 def xqa_from_keys(batch: int, heads: int, kv_heads: int, head_dim: int, sms: int | None) -> float:
@@ -497,10 +509,18 @@ def attn_decode_launch(
     (``flashinfer_decode_waves``); ``TRTLLM_XQA_RULE``: the XQA kernel's (sequence, KV head)
     CTAs from ``xqa_from_keys`` on (the masked MHA below); any other: the FA3 / FA2 grid's
     waves x head dim from no keys (``attn_decode_waves_d``)."""
-    if rule == TRTLLM_XQA_RULE:
+    return decode_launch(launch_code(rule), batch, heads, kv_heads, head_dim, sms)
+
+
+def decode_launch(
+    code: int, batch: float, heads: int, kv_heads: int, head_dim: int, sms: int | None
+) -> tuple[float, float]:
+    """:func:`attn_decode_launch` by the rule's :func:`launch_code` ``code``: the one
+    implementation, which the compiled step (``twin.costmodel.compiled``) compiles."""
+    if code == XQA_LAUNCH:
         start = xqa_from_keys(int(batch), heads, kv_heads, head_dim, sms)
         return (0.0, 0.0) if start == math.inf else (float(kv_heads * batch), start)
-    if rule == FLASHINFER_GRID_RULE:
+    if code == FLASHINFER_LAUNCH:
         return flashinfer_decode_waves(batch, heads, kv_heads, head_dim, sms), 0.0
     return attn_decode_waves_d(batch, heads, kv_heads, head_dim, sms), 0.0
 
@@ -521,17 +541,31 @@ def attn_decode_sums(
     once; the launch extra of the fit's ``rule`` (``attn_decode_launch``: the FA3 / FA2 or
     FlashInfer grid's waves over ``sms`` SMs, or TensorRT-LLM Hopper's XQA CTAs; 0 without an
     SM count)."""
+    return decode_sums(batch, keys, heads, kv_heads, head_dim, e, kv_e, sms, launch_code(rule))
+
+
+def decode_sums(
+    batch: float,
+    keys: Sums,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    e: int,
+    kv_e: int | None,
+    sms: int | None,
+    code: int,
+) -> tuple[Sums, Sums, Sums, Sums, Sums]:
+    """:func:`attn_decode_sums` by the rule's :func:`launch_code` ``code``: the one
+    implementation, which the compiled step (``twin.costmodel.compiled``) compiles. The
+    launch extra from ``start`` keys on: ``z x (keys >= start)``, ``z`` or 0.0 exactly
+    (``z`` >= 0), element by element where ``keys`` is an array (a decode run's steps)."""
     flops, nbytes, scores, tiles = attn_prefill_sums(
         batch, keys, keys, batch, heads, kv_heads, head_dim, e, kv_e
     )
-    z, start = attn_decode_launch(batch, keys, heads, kv_heads, head_dim, sms, rule)
+    z, start = decode_launch(code, batch, heads, kv_heads, head_dim, sms)
     if not start:
         return flops, nbytes, scores, tiles, z
-    import numpy as np  # late, as the rest of this module needs none
-
-    if np.ndim(keys) == 0:
-        return flops, nbytes, scores, tiles, z if keys >= start else 0.0
-    return flops, nbytes, scores, tiles, np.where(np.asarray(keys) >= start, z, 0.0)
+    return flops, nbytes, scores, tiles, z * (keys >= start)
 
 
 def elementwise_features(rows: int, width: int, e: int, passes: float = 2.0) -> Features:
@@ -610,7 +644,9 @@ __all__ = [
     "attn_prefill_sums",
     "copy_features",
     "decode_grid_waves",
+    "decode_launch",
     "decode_launch_rule",
+    "decode_sums",
     "elementwise_features",
     "flashinfer_cta_tile_q",
     "flashinfer_decode_waves",
@@ -626,5 +662,6 @@ __all__ = [
     "next_power_of_two",
     "replay_l2",
     "replay_resident",
+    "tile_wave_k",
     "tile_waves",
 ]

@@ -10,6 +10,7 @@ steps). Pure Python, numpy for the array form.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 from itertools import repeat
 from typing import Any, NamedTuple
 
@@ -281,6 +282,56 @@ def kernel_constants(
     return KernelConstants(True, t0, inv_b, inv_f, cx, cy, p, 1.0 / p, cz)
 
 
+def roofline_s(
+    t0: float,
+    inv_b: float,
+    inv_f: float,
+    cx: float,
+    cy: float,
+    p: float,
+    inv_p: float,
+    cz: float,
+    flops: float,
+    nbytes: float,
+    x: float = 0.0,
+    y: float = 0.0,
+    z: float = 0.0,
+) -> float:
+    """Seconds of a roofline kernel of constants ``t0`` to ``cz`` (``KernelConstants``' after
+    ``roofline``) on these features: ``t0`` plus the p-norm of the compute side ``flops x
+    inv_f + cx x + cy y + cz z`` and the memory side ``bytes x inv_b`` (``compile_fast``'s
+    price of a kernel without serial features; the compiled step's,
+    ``twin.costmodel.compiled``, the same function compiled).
+
+    The p-norm is ``m ((a/m)^p + (b/m)^p)^(1/p)`` with ``m`` the larger side, whose term is
+    1.0: ``m / m`` is exactly 1.0, ``pow(1.0, p)`` is exactly 1.0 (C99 F.9.4.4) and ``+``
+    commutes, so it is written with that term 1.0, one ``pow`` call fewer, the same to the
+    bit (as ``_compile_pair``'s affine loop)."""
+    a = flops * inv_f + cx * x + cy * y + cz * z
+    b = nbytes * inv_b
+    if a <= 0.0:
+        return t0 + b
+    if b <= 0.0:
+        return t0 + a
+    if a > b:
+        return t0 + a * (1.0 + (b / a) ** p) ** inv_p
+    return t0 + b * ((a / b) ** p + 1.0) ** inv_p
+
+
+def bandwidth_s(
+    t0: float,
+    inv_b: float,
+    flops: float,
+    nbytes: float,
+    x: float = 0.0,
+    y: float = 0.0,
+    z: float = 0.0,
+) -> float:
+    """Seconds of a byte-only kernel of constants ``t0``, ``inv_b`` whose extras are 0
+    (``KernelConstants`` with ``roofline`` false): ``t0 + bytes x inv_b``."""
+    return t0 + nbytes * inv_b
+
+
 def _bandwidth_plus(
     t0: float, inv_b: float, cx: float, cy: float, cz: float
 ) -> tuple[Callable[..., float], Callable[..., np.ndarray], Callable[..., list[float]]]:
@@ -341,20 +392,12 @@ def _compile_pair(
         ) -> list[float]:
             return [t0 + (b0 + bn * n) * inv_b for n in counts]
 
-        scalar = lambda flops, nbytes, x=0.0, y=0.0, z=0.0: t0 + nbytes * inv_b  # noqa: E731
+        scalar = partial(bandwidth_s, t0, inv_b)
         if cx or cy or cz:  # a byte-only kernel with extras (the all-to-all's): they add
             return _bandwidth_plus(t0, inv_b, cx, cy, cz)
         return scalar, bandwidth_many, bandwidth_affine
 
-    def fast(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0, z: float = 0.0) -> float:
-        a = flops * inv_f + cx * x + cy * y + cz * z
-        b = nbytes * inv_b
-        if a <= 0.0:
-            return t0 + b
-        if b <= 0.0:
-            return t0 + a
-        m = a if a > b else b
-        return t0 + m * ((a / m) ** p + (b / m) ** p) ** inv_p
+    fast = partial(roofline_s, t0, inv_b, inv_f, cx, cy, p, inv_p, cz)
 
     def many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0, z: Any = 0.0) -> np.ndarray:
         a = np.asarray(flops, np.float64) * inv_f + cx * x + cy * y + cz * z
@@ -435,6 +478,7 @@ def predict_many(
 
 __all__ = [
     "KernelConstants",
+    "bandwidth_s",
     "compile_affine",
     "compile_fast",
     "compile_kernel",
@@ -442,5 +486,6 @@ __all__ = [
     "kernel_constants",
     "predict",
     "predict_many",
+    "roofline_s",
     "smooth_max",
 ]

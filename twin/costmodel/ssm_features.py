@@ -60,12 +60,20 @@ def ssm_step_features(
     batch: int, nheads: int, headdim: int, d_state: int, ngroups: int, e: int, state_e: int
 ) -> Features:
     """One decode token per sequence: read and write each recurrent state once."""
+    flops, nbytes = ssm_step_sums(batch, nheads, headdim, d_state, ngroups, e, state_e)
+    return flops, nbytes, {}
+
+
+def ssm_step_sums(
+    batch: int, nheads: int, headdim: int, d_state: int, ngroups: int, e: int, state_e: int
+) -> tuple[float, float]:
+    """(FLOPs, bytes) of :func:`ssm_step_features`."""
     sc = nheads * headdim
     flops = 6.0 * batch * sc * d_state  # decay, outer product update, C.h readout
     nbytes = float(
         batch * (2 * sc * d_state * state_e + e * (2 * sc + 2 * ngroups * d_state + 2 * nheads))
     )
-    return flops, nbytes, {}
+    return flops, nbytes
 
 
 # The causal conv1d's launches (TensorRT-LLM 1.3.0rc20's copy of Dao-AILab causal-conv1d,
@@ -140,23 +148,46 @@ def conv1d_features(
     serving step: a layer's state was last touched a forward pass earlier): 0, the HBM
     bytes as before.
     """
-    flops = 2.0 * batch * seqlen * channels * kernel
-    nbytes = e * (2 * batch * seqlen * channels + channels * kernel)
+    flops, nbytes = conv1d_sums(batch, seqlen, channels, kernel, e, with_state)
     if with_state:
-        nbytes += e * 2 * batch * channels * kernel
         waves = conv_update_waves(batch, channels, sms)
         buffers = e * (2 * batch * channels + channels * kernel + batch * channels * (kernel - 1))
         hbm, l2 = replay_l2(float(nbytes), l2_bytes, float(buffers))
         return flops, hbm, {"cta_waves": float(waves), "l2_bytes": l2}
+    ctas, unaligned = conv1d_ctas(batch, seqlen, channels, sequences)
+    return flops, float(nbytes), {"seq_channels": ctas, "unaligned_ctas": unaligned}
+
+
+def conv1d_sums(
+    batch: int, seqlen: int, channels: int, kernel: int, e: int, with_state: bool
+) -> tuple[float, int]:
+    """(FLOPs, bytes) of :func:`conv1d_features` (its bytes an integer: from HBM in
+    serving, ``l2_bytes`` None)."""
+    flops = 2.0 * batch * seqlen * channels * kernel
+    nbytes = e * (2 * batch * seqlen * channels + channels * kernel)
+    if with_state:
+        nbytes += e * 2 * batch * channels * kernel
+    return flops, nbytes
+
+
+def conv1d_ctas(
+    batch: int, seqlen: int, channels: int, sequences: int | None
+) -> tuple[float, float]:
+    """A prompt pass's CTAs and those of them unaligned (:func:`conv1d_features`'
+    ``seq_channels``, ``unaligned_ctas``): one per sequence x channel, all of them unaligned
+    in a varlen call (``sequences`` not None) or at a length not a multiple of 8."""
     ctas = float((batch if sequences is None else sequences) * channels)
     unaligned = sequences is not None or seqlen % CONV_VEC_ELEMS != 0
-    return flops, float(nbytes), {"seq_channels": ctas, "unaligned_ctas": ctas * unaligned}
+    return ctas, ctas * unaligned
 
 
 __all__ = [
+    "conv1d_ctas",
     "conv1d_features",
+    "conv1d_sums",
     "conv_update_waves",
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",
+    "ssm_step_sums",
 ]

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from twin.errors import TwinError
-from twin.mixers import FULL_KV_KINDS, keys_upto
+from twin.mixers import FULL_KV_KINDS, chunk_keys, chunk_kv_rows
 
 
 class StepFeatures(NamedTuple):
@@ -98,20 +98,26 @@ def aggregate_spread(
     of the batch."""
     prefills, absorbed = split_absorbed(prefills, absorb)
     sums = _prefill_sums(prefills, kinds, window, chunk, g_chunk, topk)
-    base, extra = divmod(context, batch) if batch else (0, 0)
-    if batch and base < 0:
+    if batch and context < 0:
         raise TwinError("a decode context must be >= 0")
     d_keys = context + batch if _full(kinds) else 0
-    s_dec = 0
-    if "swa" in kinds and batch:
-        s_dec = extra * min(base + 2, window) + (batch - extra) * min(base + 1, window)
-    t_dec = 0
-    if topk and batch:
-        t_dec = extra * min(base + 2, topk) + (batch - extra) * min(base + 1, topk)
+    s_dec = spread_keys(batch, context, window) if "swa" in kinds else 0
+    t_dec = spread_keys(batch, context, topk) if topk else 0
     depth = _gdn_depth(prefills, g_chunk) if "gdn" in kinds else 0
     return _features(
         len(prefills), sums, batch, d_keys, s_dec, absorbed, _longest(prefills), depth, t_dec
     )
+
+
+def spread_keys(batch: int, context: int, cap: int) -> int:
+    """Keys ``batch`` decodes read, each at most ``cap``, whose contexts sum to ``context``
+    spread evenly (``divmod``: the first ``context % batch`` one token longer), a new key
+    each: a sliding window's (``cap`` the window) or a top-k's; 0 without decodes. The
+    compiled step (``twin.costmodel.compiled``) compiles this function."""
+    if not batch:
+        return 0
+    base, extra = divmod(context, batch)
+    return extra * min(base + 2, cap) + (batch - extra) * min(base + 1, cap)
 
 
 def split_absorbed(
@@ -144,7 +150,7 @@ def split_absorbed(
             raise TwinError(f"a prefill chunk needs n_new >= 1 and n_cached >= 0 (got {(n, c)})")
         count += 1
         tokens += n
-        keys += keys_upto(c + n, None) - keys_upto(c, None)
+        keys += chunk_keys(n, c, None)
         rows += c + n
         widest = max(widest, n)
     return rest, (count, tokens, keys, rows, widest)
@@ -182,13 +188,13 @@ def _prefill_sums(
             raise TwinError(f"a prefill chunk needs n_new >= 1 and n_cached >= 0 (got {(n, c)})")
         p_tok += n
         if full:
-            p_keys += keys_upto(c + n, None) - keys_upto(c, None)
-            p_kv += c + n
+            p_keys += chunk_keys(n, c, None)
+            p_kv += chunk_kv_rows(n, c, None)
         if swa:
-            s_keys += keys_upto(c + n, window) - keys_upto(c, window)
-            s_kv += min(c + n, window + n)
+            s_keys += chunk_keys(n, c, window)
+            s_kv += chunk_kv_rows(n, c, window)
         if topk:
-            t_keys += keys_upto(c + n, topk) - keys_upto(c, topk)
+            t_keys += chunk_keys(n, c, topk)
         chunks += -(-n // chunk)
         g_chunks += -(-n // g_chunk)
     return p_tok, p_keys, p_kv, chunks, s_keys, s_kv, g_chunks, t_keys
