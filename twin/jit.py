@@ -126,4 +126,8 @@ def jit(signature: str, *sources: Path) -> Callable[[F], F]:
     compiled now for ``signature``, cached under ``sources`` (:func:`source_stamp`: every
     file its compiled code comes from besides its own)."""
     stamp = source_stamp(*sources)
-    return lambda fn: cast(F, compile_fn(fn, signature, stamp))
+
+    def compile_now(fn: F) -> F:
+        return cast(F, compile_fn(fn, signature, stamp))
+
+    return compile_now
