@@ -19,7 +19,7 @@ import pytest
 from twin.costmodel import CostModel
 from twin.costmodel.profile import Profile, TableReleases
 from twin.costmodel.profile_store import load_profile
-from twin.engine.kernel_layouts import trtllm_norm_in_allreduce
+from twin.engine.kernel_layouts_trtllm import trtllm_norm_in_allreduce
 from twin.errors import TwinError
 from twin.presets import resolve_model
 

@@ -1,7 +1,7 @@
 """SGLang's FlashInfer all-reduce fusion (default for its listed models from 0.5.9) runs
 each layer's residual add + RMSNorm inside the tensor-parallel all-reduce in steps up to a
 size (``KernelLayout.norm_in_allreduce_max_tokens``; the rule
-``twin.engine.kernel_layouts.sglang_allreduce_norm_tokens``; priced by
+``twin.engine.kernel_layouts_sglang.sglang_allreduce_norm_tokens``; priced by
 ``DensePricing._norm_in_allreduce``)."""
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ import pytest
 from twin.costmodel import CostModel
 from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile_store import load_profile
-from twin.engine.kernel_layouts import (
-    sglang_allreduce_norm_tokens,
-    sglang_kernel_layout,
-)
+from twin.engine.kernel_layouts_sglang import sglang_allreduce_norm_tokens, sglang_kernel_layout
 from twin.errors import TwinError
 from twin.presets import get_model
 

@@ -1,7 +1,7 @@
 """SGLang's sparse-MLA decode on Hopper (``KernelLayout.nsa_decode_module``): a
 DeepSeek-sparse-attention model's decode step reads at most ``index_topk`` latent keys a
 sequence, and its indexer scores every key, priced from the measured module
-(``twin.engine.kernel_layouts.SGLANG_DSA_DECODE_MODULE``,
+(``twin.engine.kernel_layouts_sglang.SGLANG_DSA_DECODE_MODULE``,
 ``MlaPricing._dsa_decode_module``)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from twin.costmodel import CostModel
 from twin.costmodel.kernel_layout import SparseMlaDecodeModule
 from twin.costmodel.profile_store import load_profile
 from twin.costmodel.step_features import aggregate_spread, aggregate_step
-from twin.engine.kernel_layouts import SGLANG_DSA_DECODE_MODULE, sglang_kernel_layout
+from twin.engine.kernel_layouts_sglang import SGLANG_DSA_DECODE_MODULE, sglang_kernel_layout
 from twin.errors import TwinError
 from twin.precision import with_precision
 from twin.presets import get_model

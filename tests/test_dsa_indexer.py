@@ -13,7 +13,7 @@ from twin.costmodel import CostModel
 from twin.costmodel import mla_features as mf
 from twin.costmodel.mla_pricing import MlaPricing
 from twin.costmodel.profile_store import load_profile
-from twin.engine.kernel_layouts import (
+from twin.engine.kernel_layouts_sglang import (
     SGLANG_DSA_SPARSE_MODULE,
     sglang_kernel_layout,
     with_nsa_prefill_backend,
@@ -208,7 +208,7 @@ def test_h200_pays_its_indexer_rate_on_an_8k_prompt_not_a_2k_one() -> None:
     assert one == pytest.approx(GLM5.mixer_counts["mla"] * rate * 8192 * 8193 / 2, rel=1e-3)
 
 
-# The skip-indexer module rows each forced sparse-MLA price was fitted on (kernel_layouts.
+# The skip-indexer module rows each forced sparse-MLA price was fitted on (kernel_layouts_sglang.
 # SGLANG_DSA_SPARSE_MODULE), and the fit's largest error on them.
 _SPARSE_TABLES = {
     ("b200", "trtllm"): ("zai-org/GLM-5.2-FP8", 0.01),

@@ -17,7 +17,7 @@ from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine.dp_pricing import DPStepPricer, dp_pricer
-from twin.engine.kernel_layouts import trtllm_kernel_layout
+from twin.engine.kernel_layouts_trtllm import trtllm_kernel_layout
 from twin.engine.modes import get_mode
 from twin.presets import get_model
 

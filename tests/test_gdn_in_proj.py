@@ -1,6 +1,6 @@
 """A GDN layer's input projection as the engine launches it (``KernelLayout.gdn_in_proj_gemms``):
 SGLang before 0.5.10 runs Qwen3.5's four checkpoint matrices as four GEMMs
-(``twin.engine.kernel_layouts.sglang_gdn_in_proj_gemms``), priced each with its own
+(``twin.engine.kernel_layouts_sglang.sglang_gdn_in_proj_gemms``), priced each with its own
 floor (``twin.costmodel.dense_pricing.DensePricing._gdn_in_proj``)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from twin.costmodel import CostModel
 from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
-from twin.engine.kernel_layouts import sglang_gdn_in_proj_gemms
+from twin.engine.kernel_layouts_sglang import sglang_gdn_in_proj_gemms
 from twin.engine.run_pricing import kernel_layout_of
 from twin.errors import TwinError
 from twin.presets import get_model

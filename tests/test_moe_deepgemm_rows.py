@@ -1,5 +1,5 @@
 """vLLM 0.12.0's block-fp8 experts on Hopper: DeepGEMM's contiguous grouped GEMM at every
-step size, each expert reached padded to 128 rows (``twin.engine.kernel_layouts.
+step size, each expert reached padded to 128 rows (``twin.engine.kernel_layouts_vllm.
 vllm_kernel_layout``, ``DensePricing._moe_padded_rows``; issues 31, 33)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from twin.costmodel import CostModel
 from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile_store import load_profile
-from twin.engine.kernel_layouts import vllm_kernel_layout
+from twin.engine.kernel_layouts_vllm import vllm_kernel_layout
 from twin.errors import TwinError
 from twin.presets import get_model
 

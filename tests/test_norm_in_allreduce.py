@@ -14,7 +14,7 @@ from twin.costmodel import CostModel
 from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
-from twin.engine.kernel_layouts import trtllm_norm_in_allreduce
+from twin.engine.kernel_layouts_trtllm import trtllm_norm_in_allreduce
 from twin.engine.run_pricing import kernel_layout_of
 from twin.presets import get_model
 

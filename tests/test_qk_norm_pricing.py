@@ -79,9 +79,9 @@ def test_tensorrt_llm_qwen3_pays_one_pass_over_q_and_k(name: str, tp: int) -> No
 
 
 def test_the_engine_rule_is_qwen3_only() -> None:
-    """TensorRT-LLM's rule (``twin.engine.kernel_layouts``): Qwen3 and Qwen3-MoE, as a
+    """TensorRT-LLM's rule (``twin.engine.kernel_layouts_trtllm``): Qwen3 and Qwen3-MoE, as a
     preset or under their Hugging Face ids; not Qwen3.5, Qwen3-Next or Llama."""
-    from twin.engine.kernel_layouts import trtllm_kernel_layout, trtllm_qk_norm_rope_pass
+    from twin.engine.kernel_layouts_trtllm import trtllm_kernel_layout, trtllm_qk_norm_rope_pass
 
     assert trtllm_qk_norm_rope_pass(get_model("qwen3-32b"))
     assert trtllm_qk_norm_rope_pass(get_model("qwen3-235b-a22b"))

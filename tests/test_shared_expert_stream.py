@@ -1,7 +1,7 @@
 """The MoE layer's shared expert on a second CUDA stream beside the router and the routed
 experts: vLLM in every step of at most ``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD``
 tokens, TensorRT-LLM's DeepSeek-V3 module in its captured generation steps
-(``twin.engine.kernel_layouts.vllm_shared_expert_stream_tokens`` /
+(``twin.engine.kernel_layouts_vllm.vllm_shared_expert_stream_tokens`` /
 ``trtllm_shared_expert_stream``, ``twin.engine.run_pricing.kernel_layout_of``,
 ``KernelLayout.shared_expert_stream_tokens``, ``DensePricing._moe_fused``; issue 31)."""
 
@@ -15,11 +15,13 @@ from twin.costmodel import CostModel
 from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
-from twin.engine.kernel_layouts import (
+from twin.engine.kernel_layouts_trtllm import (
     TRTLLM_CUDA_GRAPH_MAX_BATCH,
-    VLLM_SHARED_EXPERTS_STREAM_TOKENS,
     trtllm_kernel_layout,
     trtllm_shared_expert_stream,
+)
+from twin.engine.kernel_layouts_vllm import (
+    VLLM_SHARED_EXPERTS_STREAM_TOKENS,
     vllm_kernel_layout,
     vllm_shared_expert_stream_tokens,
 )

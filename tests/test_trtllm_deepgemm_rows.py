@@ -1,6 +1,6 @@
 """TensorRT-LLM 1.1's DEEPGEMM experts on B200: DeepGEMM's masked grouped GEMM without
 swap-AB, each expert a step reaches computed as 128 rows
-(``twin.engine.kernel_layouts.trtllm_deepgemm_rows_per_expert``,
+(``twin.engine.kernel_layouts_trtllm.trtllm_deepgemm_rows_per_expert``,
 ``DensePricing._moe_padded_rows``; issue 31)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import dataclasses
 from twin.costmodel import CostModel
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
-from twin.engine.kernel_layouts import (
+from twin.engine.kernel_layouts_trtllm import (
     TRTLLM_CUDA_GRAPH_MAX_BATCH,
     trtllm_deepgemm_rows_per_expert,
     trtllm_kernel_layout,

@@ -1,7 +1,7 @@
 """vLLM 0.10.2, the image of InferenceMAX's Llama-3.1-70B fp8 vLLM rows: NCCL above the
 custom all-reduce's size limit (``KernelLayout.custom_allreduce_size_limit``) and the
 static fp8 activation scale fused before the GEMM (``KernelLayout.fp8_static_activation``);
-``twin.engine.kernel_layouts.VLLM_STATIC_FP8_BUILDS``, ``twin.validate.silicon
+``twin.engine.kernel_layouts_vllm.VLLM_STATIC_FP8_BUILDS``, ``twin.validate.silicon
 .inferencemax_vllm.inferencemax_vllm_build``."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
 from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile_store import load_profile
-from twin.engine.kernel_layouts import vllm_kernel_layout
+from twin.engine.kernel_layouts_vllm import vllm_kernel_layout
 from twin.presets import get_model
 from twin.validate.silicon.deployment import engine_build
 

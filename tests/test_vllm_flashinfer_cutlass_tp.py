@@ -1,6 +1,6 @@
 """vLLM 0.16.0's block-fp8 experts on Hopper run FlashInfer's CUTLASS fused MoE under
 tensor parallelism, paying its cost for every expert held on the GPU
-(``twin.engine.kernel_layouts.vllm_flashinfer_cutlass_tp_s``, ``KernelLayout.
+(``twin.engine.kernel_layouts_vllm.vllm_flashinfer_cutlass_tp_s``, ``KernelLayout.
 moe_layer_extra_s``, ``DensePricing._moe_fused``; issue 31)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from twin.costmodel import CostModel
 from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
-from twin.engine.kernel_layouts import FLASHINFER_CUTLASS_EXPERT_S, vllm_kernel_layout
+from twin.engine.kernel_layouts_vllm import FLASHINFER_CUTLASS_EXPERT_S, vllm_kernel_layout
 from twin.engine.run_pricing import kernel_layout_of
 from twin.errors import TwinError
 from twin.presets import get_model

@@ -1,7 +1,7 @@
 """vLLM's MiniMax-M2 model file runs the MoE router GEMM in fp32: on CUDA cores at vLLM's
 default ``VLLM_FLOAT32_MATMUL_PRECISION=highest``, on TF32 tensor cores under "high",
 which InferenceMAX's MiniMax-M2.5 Blackwell scripts export from 2026-04-21
-(``twin.engine.kernel_layouts.vllm_router_precision``, ``KernelLayout.router_precision``,
+(``twin.engine.kernel_layouts_vllm.vllm_router_precision``, ``KernelLayout.router_precision``,
 ``DensePricing._router``, ``twin.validate.silicon.inferencemax_vllm``; issue 31)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.mixer_kernels import fp32_peak, tf32_peak
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
-from twin.engine.kernel_layouts import (
+from twin.engine.kernel_layouts_vllm import (
     vllm_kernel_layout,
     vllm_router_precision,
     with_float32_matmul,

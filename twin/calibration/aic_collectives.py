@@ -115,7 +115,8 @@ def gather_rows(system: Path) -> list[FamilyRows]:
 # 3.7-7.9 us); the Blackwell 1.2.0rc5 table, whose SM100 column is one-shot there, has no
 # such points (issue 31, helper q235h38). So such a table prices only a layout whose
 # all-reduces run un-fused (``KernelLayout.norm_in_allreduce`` false: Llama-3.1-8B's,
-# "Disable fusion for small models", ``twin.engine.kernel_layouts.trtllm_norm_in_allreduce``),
+# "Disable fusion for small models",
+# ``twin.engine.kernel_layouts_trtllm.trtllm_norm_in_allreduce``),
 # which runs exactly the NONE column it timed: its fit is kept apart
 # (``twin.costmodel.profile.TableReleases.unfused_fits``, :func:`unfused_allreduce_rows`)
 # and a fused layout's pick falls to the engine's other tables (for older releases the

@@ -407,7 +407,7 @@ class DensePricing(ShardShapes):
         SGLang's FlashInfer all-reduce fusion runs the fused kernel (FlashInfer's
         ``trtllm_allreduce_fusion``) only in steps of at most
         ``KernelLayout.norm_in_allreduce_max_tokens`` tokens; larger steps keep the norm
-        pass (``twin.engine.kernel_layouts.sglang_allreduce_norm_tokens``). An MLA
+        pass (``twin.engine.kernel_layouts_sglang.sglang_allreduce_norm_tokens``). An MLA
         layer's pre-attention norm is the one given here too (``MlaPricing._mla_dense``)."""
         if not self.kernel_layout.norm_in_allreduce or self.tp == 1:
             return norm, 0.0
@@ -674,7 +674,7 @@ class DensePricing(ShardShapes):
     def _moe_padded_rows(self, rows: float, active: float) -> float:
         """The rows a fused-MoE launch computes: ``rows`` as routed, or, where the engine
         runs its experts through DeepGEMM's contiguous layout
-        (``KernelLayout.moe_rows_per_expert``: ``twin.engine.kernel_layouts.
+        (``KernelLayout.moe_rows_per_expert``: ``twin.engine.kernel_layouts_vllm.
         vllm_kernel_layout`` decides the build, the GPU and the experts' format), at least
         that many rows for each expert reached (each expert's rows padded to the
         alignment; a lower bound where an expert has more rows than that)."""

@@ -30,7 +30,7 @@ class SparseMlaModule:
     new token's selected keys being its position capped at the model's ``index_topk``
     (``StepFeatures.prefill_topk_keys``). ``kernel``: the engine's prefill kernel the
     values were measured on (:data:`SPARSE_MLA_KERNELS`); values and sources:
-    ``twin.engine.kernel_layouts.SGLANG_DSA_SPARSE_MODULE``."""
+    ``twin.engine.kernel_layouts_sglang.SGLANG_DSA_SPARSE_MODULE``."""
 
     kernel: str
     floor_s: float
@@ -62,7 +62,7 @@ class SparseMlaDecodeModule:
     sequences are priced at their mean, as the twin's MLA steps spread their context
     evenly), plus ``past_topk_s`` once some sequence reads more than the top-k (the top-k
     then selects; below it every key is kept). Values and sources:
-    ``twin.engine.kernel_layouts.SGLANG_DSA_DECODE_MODULE``."""
+    ``twin.engine.kernel_layouts_sglang.SGLANG_DSA_DECODE_MODULE``."""
 
     floor_s: float
     seq_s: float
@@ -110,7 +110,7 @@ class KernelLayout:
     # The largest step (tokens) whose all-reduces run fused with the norms where
     # ``norm_in_allreduce`` holds; a larger step runs the plain all-reduce and the norm
     # pass apart (SGLang's FlashInfer fusion:
-    # ``twin.engine.kernel_layouts.sglang_allreduce_norm_tokens``); 0: every step.
+    # ``twin.engine.kernel_layouts_sglang.sglang_allreduce_norm_tokens``); 0: every step.
     norm_in_allreduce_max_tokens: int = 0
     # Per-head q/k RMSNorms run as a pass of their own over q and k before attention,
     # RoPE inside it (TensorRT-LLM's Qwen3 ``fused_qk_norm_rope``): one element-wise pass
@@ -126,30 +126,30 @@ class KernelLayout:
     # each MLA layer, in a step whose longest sequence exceeds the model's ``index_topk``
     # (SGLang's ragged ``deep_gemm.fp8_mqa_logits`` and ``topk_transform``:
     # ``MlaPricing._indexer_prefill``; the rule and its measured values:
-    # ``twin.engine.kernel_layouts.SGLANG_DSA_INDEXER_PAIR_S``); 0: not priced.
+    # ``twin.engine.kernel_layouts_sglang.SGLANG_DSA_INDEXER_PAIR_S``); 0: not priced.
     nsa_indexer_pair_s: float = 0.0
     # The prefill's MLA attention module runs in the sparse absorbed form at every prompt
     # length, priced from its measured module (SGLang's GLM-5 on Blackwell, which forces
-    # sparse MLA: ``twin.engine.kernel_layouts.sglang_kernel_layout``), in place of the
+    # sparse MLA: ``twin.engine.kernel_layouts_sglang.sglang_kernel_layout``), in place of the
     # dense MLA price and of ``nsa_sparse_prefill``'s Hopper form; the indexer stays
     # priced apart (``nsa_indexer_pair_s``, ``MlaPricing._indexer``). None: not forced.
     nsa_sparse_module: SparseMlaModule | None = None
     # The decodes' MLA attention module of a DeepSeek-sparse-attention model, its indexer
     # included, priced from its measured module (SGLang's NSA decode on Hopper:
-    # ``twin.engine.kernel_layouts.sglang_dsa_decode_module``), in place of the dense MLA
+    # ``twin.engine.kernel_layouts_sglang.sglang_dsa_decode_module``), in place of the dense MLA
     # decode price, which reads every key, and of the indexer's per-token launches.
     # None: the dense price.
     nsa_decode_module: SparseMlaDecodeModule | None = None
     # The experts run as DeepGEMM's contiguous grouped GEMM at every step size, each
     # expert a launch reaches padded to this many rows (its M alignment); 0: the fused-MoE
     # fit's rows as routed (vLLM 0.12.0's block-fp8 experts on a GPU DeepGEMM supports,
-    # ``twin.engine.kernel_layouts.vllm_kernel_layout``: ``DensePricing._moe_padded_rows``).
+    # ``twin.engine.kernel_layouts_vllm.vllm_kernel_layout``: ``DensePricing._moe_padded_rows``).
     moe_rows_per_expert: int = 0
     # Seconds every MoE layer's experts launch pays on top of the fused-MoE fit's price
     # (``DensePricing._moe_fused``): FlashInfer's CUTLASS fused MoE run under tensor
     # parallelism, whose cost per expert held on the GPU the fit (a table of other
     # layouts) does not carry (vLLM 0.16.0's block-fp8 experts on Hopper,
-    # ``twin.engine.kernel_layouts.vllm_kernel_layout``); 0: none.
+    # ``twin.engine.kernel_layouts_vllm.vllm_kernel_layout``); 0: none.
     moe_layer_extra_s: float = 0.0
     # Under attention DP the MoE layers bring the ranks' tokens together by an all-gather
     # (in the experts' activation format where the engine quantises before it) and return
@@ -178,13 +178,13 @@ class KernelLayout:
     # the other bf16 GEMMs; "fp32" an IEEE fp32 GEMM on CUDA cores (fp32 weights and
     # activations, the GPU's FP32 peak); "tf32" the same operands on TF32 tensor cores
     # (the GPU's TF32 peak): ``DensePricing._router`` (vLLM's MiniMax-M2,
-    # ``twin.engine.kernel_layouts.vllm_router_precision``).
+    # ``twin.engine.kernel_layouts_vllm.vllm_router_precision``).
     router_precision: str = ""
     # The MoE layers' shared expert runs on a second CUDA stream beside the router and
     # the routed experts in every step of at most this many tokens, so the layer waits for
     # the longer of the two paths (``DensePricing._moe_fused``); 0: never (the shared
     # expert after the routed experts, on one stream). The engines' rules:
-    # ``twin.engine.kernel_layouts.vllm_shared_expert_stream_tokens`` (vLLM's
+    # ``twin.engine.kernel_layouts_vllm.vllm_shared_expert_stream_tokens`` (vLLM's
     # ``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD``) and TensorRT-LLM's DeepSeek-V3
     # module in its captured CUDA graphs (``twin.engine.run_pricing.kernel_layout_of``).
     shared_expert_stream_tokens: int = 0

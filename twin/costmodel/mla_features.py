@@ -178,7 +178,7 @@ def kernel_replay_l2(sums: KernelSums, l2_bytes: float | None) -> tuple[KernelSu
 # (``server_args.py`` ``_set_default_nsa_backends``; an fp8 cache takes ``flashmla_kv``
 # there, not read: no padding priced). Blackwell is not priced here: SGLang forces
 # GLM-5's prefill onto sparse MLA there at every length, priced from its measured module
-# (``KernelLayout.nsa_sparse_module``, ``twin.engine.kernel_layouts.
+# (``KernelLayout.nsa_sparse_module``, ``twin.engine.kernel_layouts_sglang.
 # SGLANG_DSA_SPARSE_MODULE``); a DSA model not forced keeps the dense form there.
 SPARSE_PREFILL_HEAD_MULTIPLE = 64
 SPARSE_PREFILL_GPUS = HOPPER

@@ -296,7 +296,7 @@ class MlaPricing(ShardShapes):
     def _dsa_sparse_module(self, f: StepFeatures) -> tuple[str, float] | None:
         """The prefill chunks' attention module where the engine's layout forces sparse MLA
         at every length (``KernelLayout.nsa_sparse_module``: SGLang's GLM-5 on Blackwell,
-        ``twin.engine.kernel_layouts.SGLANG_DSA_SPARSE_MODULE``; else None): its measured
+        ``twin.engine.kernel_layouts_sglang.SGLANG_DSA_SPARSE_MODULE``; else None): its measured
         floor, a rate a new token and a rate a selected key (each new token's position
         capped at ``index_topk``, ``StepFeatures.prefill_topk_keys``). The measured module
         holds the layer's projections: outside the module pricing ``_mla_dense`` prices
@@ -315,7 +315,7 @@ class MlaPricing(ShardShapes):
     def _dsa_decode_module(self, f: StepFeatures) -> float | None:
         """The decodes' attention module where the engine's layout prices it from its
         measured module (``KernelLayout.nsa_decode_module``: SGLang's NSA decode on Hopper,
-        ``twin.engine.kernel_layouts.SGLANG_DSA_DECODE_MODULE``; else None): its floor, a
+        ``twin.engine.kernel_layouts_sglang.SGLANG_DSA_DECODE_MODULE``; else None): its floor, a
         rate a sequence, a selected key (``StepFeatures.decode_topk_keys``) and a key the
         indexer's logits read (every key, ``decode_keys``), and the top-k's selection once
         a sequence passes it. The measured module holds the layer's projections and its

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from twin.engine.kernel_layouts import trtllm_kernel_layout
+from twin.engine.kernel_layouts_trtllm import trtllm_kernel_layout
 from twin.engine.mode_base import EngineMode
 from twin.engine.modes_sglang import SGLANG
 from twin.engine.modes_trtllm import (

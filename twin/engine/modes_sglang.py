@@ -14,7 +14,7 @@ from typing import Any
 from twin.cache.requests import WRITE_POLICIES
 from twin.costmodel.table_release import release_at_least
 from twin.engine.admission import DEFAULTS as ADMISSION
-from twin.engine.kernel_layouts import sglang_kernel_layout
+from twin.engine.kernel_layouts_sglang import sglang_kernel_layout
 from twin.engine.memory_rules import (
     SGLANG_0_5_23,
     sglang_mem_fraction_static,
@@ -216,7 +216,8 @@ def _sglang_page(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 # --nsa-prefill-backend (0.5.9 / 0.5.10.post1 ``server_args.py`` NSA_CHOICES): the
 # DeepSeek-sparse-attention prefill kernel. Read by the kernel layout only
-# (``twin.engine.run_pricing.kernel_layout_of`` -> ``kernel_layouts.with_nsa_prefill_backend``:
+# (``twin.engine.run_pricing.kernel_layout_of`` ->
+# ``kernel_layouts_sglang.with_nsa_prefill_backend``:
 # GLM-5's forced sparse MLA on Blackwell); the others are refused (no measured module).
 # SGLang's default over an fp8 cache on Blackwell, ``flashmla_auto``, runs
 # ``flashmla_sparse`` without a cached prefix (``nsa_backend.py`` ``set_nsa_prefill_impl``).

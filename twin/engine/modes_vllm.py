@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from twin.engine import speculative
-from twin.engine.kernel_layouts import vllm_kernel_layout
+from twin.engine.kernel_layouts_vllm import vllm_kernel_layout
 from twin.engine.mode_base import (
     EngineMode,
     Flag,
@@ -351,7 +351,7 @@ def _vllm_async(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 # ``torch.set_float32_matmul_precision`` at start-up (read in the 0.16.0, 0.17.0, 0.18.0
 # and 0.19.0 wheels): "highest" runs an fp32 matmul in IEEE fp32 on CUDA cores, "high" and
 # "medium" on TF32 tensor cores. Only a model whose file runs a matmul in fp32 sees it
-# (MiniMax-M2's router: twin.engine.kernel_layouts.VLLM_FP32_ROUTER_MODELS).
+# (MiniMax-M2's router: twin.engine.kernel_layouts_vllm.VLLM_FP32_ROUTER_MODELS).
 VLLM_FLOAT32_MATMUL_PRECISIONS = ("highest", "high", "medium")
 
 

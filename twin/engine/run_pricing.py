@@ -16,11 +16,9 @@ from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile import Profile
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer, make_pricer
-from twin.engine.kernel_layouts import (
-    trtllm_graph_batch,
-    with_float32_matmul,
-    with_nsa_prefill_backend,
-)
+from twin.engine.kernel_layouts_sglang import with_nsa_prefill_backend
+from twin.engine.kernel_layouts_trtllm import trtllm_graph_batch
+from twin.engine.kernel_layouts_vllm import with_float32_matmul
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -159,13 +157,13 @@ def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str) -> Kernel
     # vLLM's --set float32_matmul_precision (twin.engine.modes_vllm): TF32 for an fp32 GEMM.
     layout = with_float32_matmul(layout, m.engine_flags.get("float32_matmul_precision", ""))
     if m.engine == "trtllm" and layout.moe_rows_per_expert and m.engine_flags.get("moe_backend"):
-        # ``kernel_layouts.trtllm_deepgemm_rows_per_expert`` is DeepGEMM's tile: a
+        # ``kernel_layouts_trtllm.trtllm_deepgemm_rows_per_expert`` is DeepGEMM's tile: a
         # ``moe_config.backend`` the mode takes (CUTLASS, TRTLLM) runs the rows as routed.
         layout = dataclasses.replace(layout, moe_rows_per_expert=0)
     if m.engine == "trtllm" and layout.shared_expert_stream_tokens:
         # TensorRT-LLM's shared expert on its own stream in the captured generation steps
-        # (``twin.engine.kernel_layouts.trtllm_shared_expert_stream``): up to the run's
-        # graphs' largest batch (``kernel_layouts.trtllm_graph_batch``), each request
+        # (``twin.engine.kernel_layouts_trtllm.trtllm_shared_expert_stream``): up to the run's
+        # graphs' largest batch (``kernel_layouts_trtllm.trtllm_graph_batch``), each request
         # verifying its draft tokens under speculation.
         batch = trtllm_graph_batch(config.scheduling.max_running, config.arrivals.concurrency)
         verify = 1

@@ -278,7 +278,7 @@ def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
 # flashinfer_trtllm`` and ``--enable-flashinfer-allreduce-fusion`` (kernels),
 # ``SGL_ENABLE_JIT_DEEPGEMM``, the tool-call and reasoning parsers.
 # Modelled: ``--nsa-prefill-backend trtllm`` of the fp8 B200 (and B300) scripts, the
-# kernel of GLM-5's forced sparse-MLA prefill on Blackwell (``twin.engine.kernel_layouts.
+# kernel of GLM-5's forced sparse-MLA prefill on Blackwell (``twin.engine.kernel_layouts_sglang.
 # SGLANG_DSA_SPARSE_MODULE``; the NVFP4 script names none: SGLang's default).
 # (system, precision, release) -> (max_running_requests, mem_fraction_static,
 # chunked_prefill_size, max_prefill_tokens, disable_radix_cache, nsa_prefill_backend);

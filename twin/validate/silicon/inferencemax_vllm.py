@@ -138,7 +138,7 @@ def inferencemax_vllm_script_layout(row: SiliconRow) -> SiliconRow:
 
 
 # InferenceMAX's MiniMax-M2.5 vLLM scripts export ``VLLM_FLOAT32_MATMUL_PRECISION=high``
-# (TF32 for vLLM's fp32 matmuls: MiniMax-M2's router, ``twin.engine.kernel_layouts.
+# (TF32 for vLLM's fp32 matmuls: MiniMax-M2's router, ``twin.engine.kernel_layouts_vllm.
 # VLLM_FP32_ROUTER_MODELS``) from one commit a script, all merged on 2026-04-21
 # (SemiAnalysisAI/InferenceX ``benchmarks/single_node/``): ``minimaxm2.5_fp8_b200.sh``
 # 41ed82dc1 ("[NV] update minimaxm2.5-fp8-b200-vllm", #1068, which drops
@@ -302,7 +302,7 @@ def vllm_moe_backend(row: SiliconRow, kind: str = "benchmark") -> str | None:
 # ``nvidia/Llama-3.3-70B-Instruct-FP8`` (SemiAnalysisAI/InferenceX, from af4ccd03f,
 # 2025-09-23, to the template's removal at 2582bce40; scripts
 # ``benchmarks/70b_fp8_h100_slurm.sh``, ``70b_fp8_h200_slurm.sh``, ``70b_fp8_b200_docker.sh``
-# at c198b20eb). The build's kernel layout is ``twin.engine.kernel_layouts``'s
+# at c198b20eb). The build's kernel layout is ``twin.engine.kernel_layouts_vllm``'
 # (``VLLM_STATIC_FP8_BUILDS``); the kernel tables stay the planned release's.
 INFERENCEMAX_VLLM_BUILDS = {("llama-3.1-70b", "fp8"): "0.10.2"}
 INFERENCEMAX_VLLM_BUILD_SYSTEMS = frozenset({"h100_sxm", "h200_sxm", "b200_sxm"})
