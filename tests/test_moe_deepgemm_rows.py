@@ -1,6 +1,6 @@
 """vLLM 0.12.0's block-fp8 experts on Hopper: DeepGEMM's contiguous grouped GEMM at every
 step size, each expert reached padded to 128 rows (``twin.engine.kernel_layouts_vllm.
-vllm_kernel_layout``, ``DensePricing._moe_padded_rows``; issues 31, 33)."""
+vllm_kernel_layout``, ``MoePricing._moe_padded_rows``; issues 31, 33)."""
 
 from __future__ import annotations
 

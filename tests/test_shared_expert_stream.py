@@ -3,7 +3,7 @@ experts: vLLM in every step of at most ``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESH
 tokens, TensorRT-LLM's DeepSeek-V3 module in its captured generation steps
 (``twin.engine.kernel_layouts_vllm.vllm_shared_expert_stream_tokens`` /
 ``trtllm_shared_expert_stream``, ``twin.engine.run_pricing.kernel_layout_of``,
-``KernelLayout.shared_expert_stream_tokens``, ``DensePricing._moe_fused``; issue 31)."""
+``KernelLayout.shared_expert_stream_tokens``, ``MoePricing._moe_fused``; issue 31)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """TensorRT-LLM 1.1's DEEPGEMM experts on B200: DeepGEMM's masked grouped GEMM without
 swap-AB, each expert a step reaches computed as 128 rows
 (``twin.engine.kernel_layouts_trtllm.trtllm_deepgemm_rows_per_expert``,
-``DensePricing._moe_padded_rows``; issue 31)."""
+``MoePricing._moe_padded_rows``; issue 31)."""
 
 from __future__ import annotations
 

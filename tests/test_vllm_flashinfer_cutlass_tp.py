@@ -1,7 +1,7 @@
 """vLLM 0.16.0's block-fp8 experts on Hopper run FlashInfer's CUTLASS fused MoE under
 tensor parallelism, paying its cost for every expert held on the GPU
 (``twin.engine.kernel_layouts_vllm.vllm_flashinfer_cutlass_tp_s``, ``KernelLayout.
-moe_layer_extra_s``, ``DensePricing._moe_fused``; issue 31)."""
+moe_layer_extra_s``, ``MoePricing._moe_fused``; issue 31)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 default ``VLLM_FLOAT32_MATMUL_PRECISION=highest``, on TF32 tensor cores under "high",
 which InferenceMAX's MiniMax-M2.5 Blackwell scripts export from 2026-04-21
 (``twin.engine.kernel_layouts_vllm.vllm_router_precision``, ``KernelLayout.router_precision``,
-``DensePricing._router``, ``twin.validate.silicon.inferencemax_vllm``; issue 31)."""
+``MoePricing._router``, ``twin.validate.silicon.inferencemax_vllm``; issue 31)."""
 
 from __future__ import annotations
 

@@ -143,10 +143,10 @@ class KernelLayout:
     # The experts run as DeepGEMM's contiguous grouped GEMM at every step size, each
     # expert a launch reaches padded to this many rows (its M alignment); 0: the fused-MoE
     # fit's rows as routed (vLLM 0.12.0's block-fp8 experts on a GPU DeepGEMM supports,
-    # ``twin.engine.kernel_layouts_vllm.vllm_kernel_layout``: ``DensePricing._moe_padded_rows``).
+    # ``twin.engine.kernel_layouts_vllm.vllm_kernel_layout``: ``MoePricing._moe_padded_rows``).
     moe_rows_per_expert: int = 0
     # Seconds every MoE layer's experts launch pays on top of the fused-MoE fit's price
-    # (``DensePricing._moe_fused``): FlashInfer's CUTLASS fused MoE run under tensor
+    # (``MoePricing._moe_fused``): FlashInfer's CUTLASS fused MoE run under tensor
     # parallelism, whose cost per expert held on the GPU the fit (a table of other
     # layouts) does not carry (vLLM 0.16.0's block-fp8 experts on Hopper,
     # ``twin.engine.kernel_layouts_vllm.vllm_kernel_layout``); 0: none.
@@ -166,7 +166,7 @@ class KernelLayout:
     dense_ffn_on_rank: bool = False
     # The engine's custom all-reduce stops at a message size per GPU and GPU count
     # (:data:`VLLM_CUSTOM_ALLREDUCE_MAX_BYTES`); above it the all-reduce is NCCL's
-    # (``DensePricing._allreduce_bytes``; vLLM 0.10.2, no symmetric memory).
+    # (``CollectivePricing._allreduce_bytes``; vLLM 0.10.2, no symmetric memory).
     custom_allreduce_size_limit: bool = False
     # The per-tensor fp8 linear layers' activation scale is the checkpoint's (static) and
     # its quantisation runs fused into the pass before the GEMM, while the fp8 GEMM fit
@@ -177,12 +177,12 @@ class KernelLayout:
     # The precision the MoE router (gate) GEMM runs at: "" the model's bf16, priced as
     # the other bf16 GEMMs; "fp32" an IEEE fp32 GEMM on CUDA cores (fp32 weights and
     # activations, the GPU's FP32 peak); "tf32" the same operands on TF32 tensor cores
-    # (the GPU's TF32 peak): ``DensePricing._router`` (vLLM's MiniMax-M2,
+    # (the GPU's TF32 peak): ``MoePricing._router`` (vLLM's MiniMax-M2,
     # ``twin.engine.kernel_layouts_vllm.vllm_router_precision``).
     router_precision: str = ""
     # The MoE layers' shared expert runs on a second CUDA stream beside the router and
     # the routed experts in every step of at most this many tokens, so the layer waits for
-    # the longer of the two paths (``DensePricing._moe_fused``); 0: never (the shared
+    # the longer of the two paths (``MoePricing._moe_fused``); 0: never (the shared
     # expert after the routed experts, on one stream). The engines' rules:
     # ``twin.engine.kernel_layouts_vllm.vllm_shared_expert_stream_tokens`` (vLLM's
     # ``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD``) and TensorRT-LLM's DeepSeek-V3

@@ -38,8 +38,9 @@ one all-reduce of the step's hidden states per layer, priced as a ring:
 scheduler and sampling CPU time, CUDA-graph replay savings, communication
 overlap. Kernel formulas, features and latencies come from ``twin.costmodel.formulas``,
 ``features`` and ``latency``; the per-GPU widths from ``shard_shapes``, the step's sums
-from ``step_features``, the dense layers' and the mixers' prices from ``dense_pricing``
-and ``mixer_pricing``, copies between tiers from ``copy_pricing``; the engine's hot paths
+from ``step_features``, the dense layers', the MoE layers', the collectives' and the
+mixers' prices from ``dense_pricing``, ``moe_pricing``, ``collective_pricing`` and
+``mixer_pricing``, copies between tiers from ``copy_pricing``; the engine's hot paths
 (decode runs, steps of one prefill chunk) also as compiled code, ``compiled``.
 """
 
@@ -55,12 +56,14 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import StepCost
+from twin.costmodel.collective_pricing import CollectivePricing
 from twin.costmodel.copy_pricing import TIERS, CopyPricing
 from twin.costmodel.decode_pricing import AffineKeys, DecodeHeads, affine_in_keys, decode_steps
 from twin.costmodel.dense_pricing import DensePricing
 from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.mixer_pricing import MixerPricing
 from twin.costmodel.mla_pricing import MlaPricing
+from twin.costmodel.moe_pricing import MoePricing
 from twin.costmodel.precision_kernels import priced_precision, provenance_label
 from twin.costmodel.profile import Profile
 from twin.costmodel.step_features import StepFeatures, aggregate_spread, aggregate_step
@@ -80,7 +83,7 @@ _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is re
 _ARRAY_STEPS = 128
 
 
-class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
+class CostModel(DensePricing, MoePricing, CollectivePricing, MixerPricing, MlaPricing, CopyPricing):
     """Prices prefills, batch steps and state copies of ``model`` on ``profile``'s device."""
 
     def __init__(

@@ -134,7 +134,7 @@ def priced_precision(model: ModelSpec, profile: Profile) -> PricedPrecision:
         if expert.moe_kernel in profile.kernels:
             keys["moe"] = expert.moe_kernel
             # TensorRT-LLM's min-latency kernel for small steps, where the profile has it
-            # (``moe_families.MOE_MIN_LATENCY_MAX_TOKENS``; ``dense_pricing`` picks per step).
+            # (``moe_families.MOE_MIN_LATENCY_MAX_TOKENS``; ``moe_pricing`` picks per step).
             small = moe_min_latency_kernel(expert.table_mode)
             if small in profile.kernels:
                 keys["moe_small"] = small

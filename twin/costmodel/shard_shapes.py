@@ -2,8 +2,9 @@
 
 Megatron style: heads, SSM heads and FFN widths are divided by ``tp``; KV heads, GDN
 key heads and SSM groups are replicated when fewer than ``tp``. ``ShardShapes`` is
-the base of ``CostModel`` and of its two pricing parts (``dense_pricing``,
-``mixer_pricing``): it declares what they read and sets it from the model.
+the base of ``CostModel`` and of its pricing parts (``dense_pricing``, ``moe_pricing``,
+``collective_pricing``, ``mixer_pricing``, ``mla_pricing``, ``copy_pricing``): it declares
+what they read and sets it from the model.
 """
 
 from __future__ import annotations

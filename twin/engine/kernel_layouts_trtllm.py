@@ -127,7 +127,7 @@ def trtllm_kernel_layout(
 # blockwise linear GEMM only; today's DeepGEMM (``csrc/jit_kernels/heuristics/sm100.hpp``
 # ``get_layout_candidates``) always swaps for the m-grouped GEMMs (tokens on the N side, 16-
 # row steps). So a decode step of the 1.1 line computes 128 rows for every expert its
-# tokens reach (``DensePricing._moe_padded_rows``) where the priced table (NVIDIA's B200
+# tokens reach (``MoePricing._moe_padded_rows``) where the priced table (NVIDIA's B200
 # ``moe_perf`` 1.3.0rc20 DeepGEMM rows, ``twin.validate.silicon.precision``
 # ``TRTLLM_BLOCK_EXPERT_TABLES``) times the swapped kernel. The 1.1.0rc2.post2 wheel was not
 # read (not reachable); the release bound is measured: InferenceMAX's B200 fp8 DeepSeek-R1

@@ -62,7 +62,7 @@ def vllm_shared_expert_stream_tokens(model: ModelSpec, build: str, dp: int) -> i
 # out padded to ``get_mk_alignment_for_contiguous_layout()``, 128 in DeepGEMM, so a decode
 # step computes 128 rows for every expert its few tokens reach. 0.16.0 puts FlashInfer
 # CUTLASS before DeepGEMM on Hopper (below), so only 0.12.0 is read as this rule (priced by
-# ``DensePricing._moe_padded_rows``).
+# ``MoePricing._moe_padded_rows``).
 VLLM_DEEPGEMM_MOE_BUILDS = frozenset({"0.12.0"})
 VLLM_DEEPGEMM_MOE_MAX_TP = 8  # ``get_fp8_moe_backend``: DeepGEMM off from this MoE TP
 DEEPGEMM_GPUS = HOPPER | SM100_EXACT
