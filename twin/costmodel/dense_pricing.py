@@ -231,7 +231,7 @@ class DensePricing(ShardShapes):
         SGLang's FlashInfer all-reduce fusion runs the fused kernel (FlashInfer's
         ``trtllm_allreduce_fusion``) only in steps of at most
         ``KernelLayout.norm_in_allreduce_max_tokens`` tokens; larger steps keep the norm
-        pass (``twin.engine.kernel_layouts.sglang_allreduce_norm_tokens``). An MLA
+        pass (``twin.engine.kernel_layouts_sglang.sglang_allreduce_norm_tokens``). An MLA
         layer's pre-attention norm is the one given here too (``MlaPricing._mla_dense``)."""
         if not self.kernel_layout.norm_in_allreduce or self.tp == 1:
             return norm, 0.0
