@@ -23,8 +23,10 @@ Arrival times (DESIGN.md, workload schema):
   session's later open-loop turns keep their offsets from its turn 0. Without
   it every turn 0 needs a time;
 - with ``--concurrency`` (``closed_loop``) no time in the file is used: a free
-  client takes the next session in file order, and every later turn is sent
-  ``think_s`` (0 if null) after the previous one completes.
+  client takes the next session in file order and sends its turn 0 ``think_s``
+  (0 if null) after it became free (a benchmark client's dispatch delay:
+  ``twin.validate.silicon.harness.Harness.dispatch_spread_s``), and every later
+  turn ``think_s`` after the previous one completes.
 """
 
 from __future__ import annotations
@@ -124,7 +126,11 @@ class SessionSource:
     def turn_arrival(self, req: Request, first: Request, start: float) -> float | None:
         """When open-loop turn ``req`` of a session started at ``start`` arrives; None if closed."""
         if req.turn == 0:
-            return start  # the driver already waited for the session start
+            # Open loop: the driver already waited for the session start. Closed loop:
+            # the client sends it ``think_s`` after it became free (``start``), as a
+            # later turn after the previous one (``twin.workloads.exporters``' nominal
+            # time of a closed-loop turn 0 likewise).
+            return None if self.closed_loop else start
         if req.arrival_s is None or self.closed_loop:
             return None
         if self.session_rate is not None and first.arrival_s is not None:

@@ -7,7 +7,8 @@ Columns (see DESIGN.md, "Workload schema"):
 - ``arrival_s`` float64, nullable: open-loop arrival time. Null means closed
   loop: the turn arrives ``think_s`` after the previous turn of its session
   completes (turn 0 at the session's arrival, which the engine then draws).
-- ``think_s`` float64, nullable: think / tool time before this turn.
+- ``think_s`` float64, nullable: think / tool time before this turn (a
+  closed-loop client's turn 0: its delay after the client became free).
 - ``input_tokens`` list<int32>: the whole prompt, or, when ``extends_history``
   is true, only the tokens appended after the previous turn's prompt + output.
 - ``extends_history`` bool.

@@ -5,9 +5,12 @@ modules (``aiconfigurator_limits``, ``inferencemax_*``), chosen by ``deployment`
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from twin.errors import TwinError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -40,11 +43,37 @@ class Harness:
     # Prompt and output lengths are drawn uniformly from [int(len x range_ratio), len]
     # (1.0: exactly the row's ISL and OSL).
     range_ratio: float
+    # Seconds: each request leaves the client a delay drawn uniformly from
+    # [0, dispatch_spread_s) after its client's slot frees (the first round's too: every
+    # slot is free at the start), seeded by the row (``predict.write_workload``). Both
+    # clients are a semaphore over an event loop, whose dispatch is not instant nor
+    # constant: aiperf's concurrency mode (ai-dynamo/aiperf
+    # ``aiperf/timing/request_rate_strategy.py``, commit 06440a3, ``CONCURRENCY_BURST``)
+    # acquires an ``asyncio.Semaphore(concurrency)``, then drops a credit to a worker
+    # process (a ZMQ message) that builds and sends the HTTP request, and a returned
+    # credit (another message) releases the slot; vLLM's ``benchmark_serving.py``
+    # creates every request's task at once, each awaiting an
+    # ``asyncio.Semaphore(max_concurrency)`` (``limited_request_func``) in one event loop
+    # that also reads every stream's chunks. A deterministic twin without it keeps the
+    # phase its first round set forever (docs/decisions.md, "the twin's closed loop
+    # phase-locks", session 27). No source gives the delay's size: the value is chosen
+    # on the fit rows (docs/decisions.md, "helper jitter40, session 40"). 0: none.
+    dispatch_spread_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        spread = self.dispatch_spread_s
+        if not (isinstance(spread, (int, float)) and math.isfinite(spread) and spread >= 0):
+            raise TwinError(
+                f"harness {self.name!r}: dispatch_spread_s must be a finite number of "
+                f"seconds >= 0, not {spread!r}"
+            )
 
 
 # aiconfigurator's benchmark (above): aiperf with ``--isl-stddev 0 --osl-stddev 0``
 # (``generator/config/deployment_config.yaml`` defaults) and ``ignore_eos``: exact lengths.
-AIPERF = Harness("aiconfigurator aiperf", MEASURED_ROUNDS, WARMUP_ROUNDS, 1.0)
+# Dispatch spread 0: U(0, 5 / 10 / 20 ms) raised the fit TTFT MAPE of a stratified fit
+# subsample's aiperf rows (docs/decisions.md, "helper jitter40, session 40").
+AIPERF = Harness("aiconfigurator aiperf", MEASURED_ROUNDS, WARMUP_ROUNDS, 1.0, 0.0)
 # The CSV's InferenceMAX collections: "2026-04-06.csv", "2026-03-25.csv" and the
 # "db-dump/2026-04-27" rows (Llama-3.1-70B, gpt-oss-120b, DeepSeek-R1, MiniMax-M2.5, ...
 # at ISL/OSL 1k/1k, 1k/8k, 8k/1k, 4-256 clients). They are one measurement pipeline dumped
@@ -58,7 +87,9 @@ AIPERF = Harness("aiconfigurator aiperf", MEASURED_ROUNDS, WARMUP_ROUNDS, 1.0)
 # 10))``, ``--num-warmups $((2 * CONC))``, ``--ignore-eos``; its random dataset draws each
 # prompt and output length uniformly from ``[int(len x ratio), len]``
 # (``sample_random_requests``).
-INFERENCEMAX = Harness("InferenceMAX benchmark_serving", 10, 2, 0.8)
+# Dispatch spread 0: U(0, 5 / 10 / 20 ms) left the subsample's fit TTFT MAPE 0.1-0.2
+# points higher (docs/decisions.md, "helper jitter40, session 40").
+INFERENCEMAX = Harness("InferenceMAX benchmark_serving", 10, 2, 0.8, 0.0)
 # ``qwen3.5-397b-gap-analysis.csv`` (76 SGLang rows of Qwen3.5-397B on B200 and H200) is
 # InferenceMAX's Qwen3.5 measurements again: 75 of its 76 rows equal a row of the
 # 2026-03-25.csv / 2026-04-06.csv / db-dump collections in TTFT and TPOT rounded to 0.1 ms,

@@ -106,6 +106,8 @@ class RowPlan:
     ep: int = 1  # expert-parallel ranks within the tp GPUs (the row's moe_ep_size)
     workers: int = 1  # aggregated workers the measured clients were spread over
     range_ratio: float = 1.0  # the harness's length spread (:class:`Harness`)
+    # the harness's per-request dispatch delay, U(0, this) seconds (:class:`Harness`)
+    dispatch_spread_s: float = 0.0
     # server prompt tokens per token the row names (``inferencemax_prompt_scale``)
     prompt_scale: float = 1.0
     dp: int = 1  # attention data-parallel ranks among the tp GPUs (attention_dp_size)
@@ -322,6 +324,7 @@ def plan_row(
         ep=ep,
         workers=workers,
         range_ratio=harness.range_ratio,
+        dispatch_spread_s=harness.dispatch_spread_s,
         prompt_scale=inferencemax_prompt_scale(row),
         dp=dp,
         native_quant=precision.native,

@@ -31,6 +31,7 @@ def write_workload(
     seed: int,
     range_ratio: float = 1.0,
     prompt_scale: float = 1.0,
+    dispatch_spread_s: float = 0.0,
 ) -> Path:
     """``requests`` single-turn sessions of random prompt tokens (a closed-loop client
     starts each when its previous one completes): ``isl`` prompt tokens and exactly
@@ -38,7 +39,15 @@ def write_workload(
     ``[int(isl x range_ratio), isl]`` and ``[int(osl x range_ratio), osl]`` as vLLM's
     ``benchmark_serving.py`` random dataset draws them; each prompt then holds
     ``prompt_scale`` times its drawn length (the server's tokens where the client's
-    tokenizer was another: ``inferencemax_prompt_scale``)."""
+    tokenizer was another: ``inferencemax_prompt_scale``). With ``dispatch_spread_s > 0``
+    each session's ``think_s`` is drawn uniformly from ``[0, dispatch_spread_s)``: the
+    client sends it that long after its slot frees (``Harness.dispatch_spread_s``;
+    ``twin.engine.source``), from a stream of its own (the prompts and lengths are the
+    same at every spread)."""
+    if not (math.isfinite(dispatch_spread_s) and dispatch_spread_s >= 0):
+        raise TwinError(
+            f"dispatch_spread_s must be a finite number of seconds >= 0, not {dispatch_spread_s!r}"
+        )
     rng = np.random.default_rng(seed)
     meta = {"generator": "silicon", "isl": isl, "osl": osl, "requests": requests, "seed": seed}
     if prompt_scale != 1.0:
@@ -49,11 +58,20 @@ def write_workload(
         osls = rng.integers(max(int(osl * range_ratio), 1), osl + 1, requests)
     else:
         isls, osls = np.full(requests, isl), np.full(requests, osl)
+    delays: list[float | None] = [None] * requests
+    if dispatch_spread_s > 0:
+        meta["dispatch_spread_s"] = dispatch_spread_s
+        spread = np.random.default_rng((seed, _DISPATCH_STREAM))
+        delays = (spread.random(requests) * dispatch_spread_s).tolist()
     with WorkloadWriter(path, meta) as w:
         for i in range(requests):
             prompt = rng.integers(0, TOKEN_RANGE, round(isls[i] * prompt_scale), dtype=np.int32)
-            w.write(WorkloadRow(i, 0, None, None, prompt, False, None, int(osls[i])))
+            w.write(WorkloadRow(i, 0, None, delays[i], prompt, False, None, int(osls[i])))
     return path
+
+
+# The seed stream of the dispatch delays, beside the row's seed (any fixed number).
+_DISPATCH_STREAM = 1
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -77,6 +95,7 @@ def plan_run(plan: RowPlan, folder: Path) -> Run:
         plan.seed,
         plan.range_ratio,
         plan.prompt_scale,
+        plan.dispatch_spread_s,
     )
     args: RunArgs = {
         "model": plan.model,
