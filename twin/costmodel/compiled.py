@@ -17,8 +17,9 @@ sums and decode launch rules (``features.attn_prefill_sums``, ``decode_sums``,
 ``decode_launch`` and what it calls), a chunk's keys and K/V rows (``mixers.chunk_keys``,
 ``chunk_kv_rows``), the decodes' window keys (``step_features.spread_keys``), the convs'
 sums, CTAs and waves (``ssm_features``), the Mamba2 / Mamba-1 / GDN sums
-(``ssm_features``, ``mixer_kernels``) and the LM head's GEMM and waves
-(``features.gemm_sums``, ``tile_wave_k``). This module compiles those very functions
+(``ssm_features``, ``mixer_kernels``), the embedding's and final norm's bytes
+(``features.head_bytes``) and the LM head's GEMM and waves (``features.gemm_sums``,
+``tile_wave_k``). This module compiles those very functions
 (``twin.jit``: a compiled rule calls the compiled forms of the rules it calls) and keeps
 only its own: the packing of a model's constants into arrays and the step's assembly (the
 parts summed in ``_sum_parts``' order, the host time). So every price equals the Python
@@ -83,6 +84,7 @@ _decode_sums = jit("UniTuple(f8, 5)(i8, i8, i8, i8, i8, i8, i8, i8, i8)")(ft.dec
 jit("i8(i8, i8, i8, i8, i8, i8)")(ft.tile_waves)
 _tile_wave_k = jit("i8(i8, i8, i8, i8, i8)")(ft.tile_wave_k)
 _gemm_sums = jit("UniTuple(f8, 3)(i8, i8, i8, i8)")(ft.gemm_sums)
+_head_bytes = jit("UniTuple(f8, 2)(i8, i8, i8)")(ft.head_bytes)
 _conv1d_sums = jit("Tuple((f8, i8))(i8, i8, i8, i8, i8, b1)")(ssm_ft.conv1d_sums)
 _conv1d_ctas = jit("UniTuple(f8, 2)(i8, i8, i8, i8)")(ssm_ft.conv1d_ctas)
 _conv_update_waves = jit("f8(i8, i8, i8)")(ssm_ft.conv_update_waves)
@@ -413,11 +415,13 @@ def step_seconds(
             flops, nbytes = _gdn_step(batch, *dims, e, state_e)
             total += layers * _kernel_s(kc[GDN_STEP], flops, nbytes, 0.0, 0.0, 0.0)
             total += layers * _conv_update(kc, e, batch, width, taps, sms)
-    # 3. ``DensePricing._head``: embedding gather, final norm, the LM head's GEMM
-    # (``_gemm``: ``gemm_sums`` and ``gemm_wave_k``, whose default tile's is ``tile_wave_k``).
+    # 3. ``DensePricing._head``: embedding gather, final norm (``features.head_bytes``), the
+    # LM head's GEMM (``_gemm``: ``gemm_sums`` and ``gemm_wave_k``, whose default tile's is
+    # ``tile_wave_k``).
     d, vocab = mi[D_MODEL], mi[VOCAB]
-    embed = _kernel_s(kc[ELEMENTWISE], 0.0, e * 2.0 * tokens * d, 0.0, 0.0, 0.0)
-    norm = _kernel_s(kc[ELEMENTWISE], 0.0, e * (2.0 * tokens * d + d), 0.0, 0.0, 0.0)
+    embed_bytes, norm_bytes = _head_bytes(tokens, d, e)
+    embed = _kernel_s(kc[ELEMENTWISE], 0.0, embed_bytes, 0.0, 0.0, 0.0)
+    norm = _kernel_s(kc[ELEMENTWISE], 0.0, norm_bytes, 0.0, 0.0, 0.0)
     lm = 0.0
     if sequences:
         flops, nbytes, weights = _gemm_sums(sequences, d, vocab, e)
