@@ -16,9 +16,11 @@ import numba
 from numba.core.caching import NullCache
 from numba.core.registry import CPUDispatcher
 
+from twin import mixers
 from twin.costmodel import compiled
 from twin.jit import compile_fn, source_stamp
 from twin.policies.compiled import kernel
+from twin.policies.compiled.kernel import scores
 from twin.policies.compiled.kernel.compiling import PACKAGE_STAMP
 
 
@@ -32,7 +34,8 @@ def test_the_stamp_changes_with_any_module_of_a_folder(tmp_path: Path) -> None:
     assert changed != before
     (tmp_path / "c.py").write_text("")
     assert source_stamp(tmp_path) != changed
-    assert source_stamp(Path(kernel.__file__).parent) == PACKAGE_STAMP
+    # The kernel's package and ``twin/mixers.py``, whose rule ``scores`` compiles.
+    assert source_stamp(Path(kernel.__file__).parent, Path(mixers.__file__)) == PACKAGE_STAMP
 
 
 def test_the_stamp_changes_with_a_stamped_file(tmp_path: Path) -> None:
@@ -66,6 +69,10 @@ def test_every_kernel_function_is_cached_under_the_package_stamp() -> None:
         ]
     sources = Path(kernel.__file__).parent.glob("*.py")
     assert len(dispatchers) == sum(p.read_text().count("\n@jit") for p in sources)
+    # ``twin.mixers``' rule compiled in the package: its stamp too.
+    dispatchers.append(scores._chunk_keys)
+    callee = scores._chunk_keys.py_func.__globals__["keys_upto"]  # the package's, inlined
+    assert callee.py_func is mixers.keys_upto and callee.targetoptions["inline"] == "always"
     for d in dispatchers:
         assert _cached_stamp(d) in (None, PACKAGE_STAMP), d
 

@@ -16,19 +16,20 @@ lives, which the Python path calls: the roofline (``latency.roofline_s``), the a
 sums and decode launch rules (``features.attn_prefill_sums``, ``decode_sums``,
 ``decode_launch`` and what it calls), a chunk's keys and K/V rows (``mixers.chunk_keys``,
 ``chunk_kv_rows``), the decodes' window keys (``step_features.spread_keys``), the convs'
-sums, CTAs and waves (``ssm_features``), the Mamba2 / Mamba-1 / GDN sums
-(``ssm_features``, ``mixer_kernels``) and the LM head's GEMM and waves
-(``features.gemm_sums``, ``tile_wave_k``). This module compiles those very functions
-(``twin.jit``: a compiled rule calls the compiled forms of the rules it calls) and keeps
-only its own: the packing of a model's constants into arrays and the step's assembly (the
-parts summed in ``_sum_parts``' order, the host time). So every price equals the Python
-path's to the bit (``tests/test_compiled_decode.py``, ``tests/test_compiled_step.py``,
-``==`` on every shipped profile and preset and on random constants): the same operations
-in the same order. No ``fastmath`` (``twin.jit``: no FMA contraction, no reassociation);
-``x ** y`` on floats is LLVM's ``pow`` intrinsic, which calls the C library's ``pow`` as
-CPython's ``float.__pow__`` does (numba links the process's own libm). Integer sums are
-int64: ``CostModel.step_spread`` asks only for counts under ``model.MAX_TOKENS``
-(``keys_upto`` of 2^30 tokens is under 2^59).
+sums, CTAs and waves (``ssm_features``), the Mamba2 / Mamba-1 / GDN sums (``ssm_features``,
+``mixer_kernels``), the embedding's and final norm's bytes (``features.head_bytes``), the
+LM head's GEMM and waves (``features.gemm_sums``, ``tile_wave_k``) and the host time
+(``decode_pricing.with_host``). This module compiles those very functions (``twin.jit``: a
+compiled rule calls the compiled forms of the rules it calls) and keeps only its own: the
+packing of a model's constants into arrays and the step's assembly (the parts summed in
+``_sum_parts``' order; a decode run's host time as ``decode_steps`` applies it to a run).
+So every price equals the Python path's to the bit (``tests/test_compiled_decode.py``,
+``tests/test_compiled_step.py``, ``==`` on every shipped profile and preset and on random
+constants): the same operations in the same order. No ``fastmath`` (``twin.jit``: no FMA
+contraction, no reassociation); ``x ** y`` on floats is LLVM's ``pow`` intrinsic, which
+calls the C library's ``pow`` as CPython's ``float.__pow__`` does (numba links the
+process's own libm). Integer sums are int64: ``CostModel.step_spread`` asks only for counts
+under ``model.MAX_TOKENS`` (``keys_upto`` of 2^30 tokens is under 2^59).
 
 numba caches each compiled function on disk keyed by its own source file, and a cached
 function carries the code of what it calls: every function here and every rule it
@@ -45,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from twin import mixers
+from twin.costmodel import decode_pricing as dp
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
 from twin.costmodel import mixer_kernels as mk
@@ -83,6 +85,7 @@ _decode_sums = jit("UniTuple(f8, 5)(i8, i8, i8, i8, i8, i8, i8, i8, i8)")(ft.dec
 jit("i8(i8, i8, i8, i8, i8, i8)")(ft.tile_waves)
 _tile_wave_k = jit("i8(i8, i8, i8, i8, i8)")(ft.tile_wave_k)
 _gemm_sums = jit("UniTuple(f8, 3)(i8, i8, i8, i8)")(ft.gemm_sums)
+_head_bytes = jit("UniTuple(f8, 2)(i8, i8, i8)")(ft.head_bytes)
 _conv1d_sums = jit("Tuple((f8, i8))(i8, i8, i8, i8, i8, b1)")(ssm_ft.conv1d_sums)
 _conv1d_ctas = jit("UniTuple(f8, 2)(i8, i8, i8, i8)")(ssm_ft.conv1d_ctas)
 _conv_update_waves = jit("f8(i8, i8, i8)")(ssm_ft.conv_update_waves)
@@ -93,6 +96,7 @@ _m1_step = jit("UniTuple(f8, 2)(i8, i8, i8, i8, i8)")(mk.mamba1_step_features)
 _gdn_chunk_sums = jit("UniTuple(f8, 3)(i8, i8, i8, i8, i8, i8, i8, i8)")(mk.gdn_chunk_sums)
 _gdn_step = jit("UniTuple(f8, 2)(i8, i8, i8, i8, i8, i8, i8)")(mk.gdn_step_features)
 _gdn_chunk_s = jit("f8(f8, i8, f8)")(mk.gdn_chunk_s)
+_with_host = jit("f8(f8, f8, b1)")(dp.with_host)
 
 
 @jit("f8(f8[::1], f8, f8, f8, f8, f8)")
@@ -160,7 +164,7 @@ def fill_ends(c: np.ndarray, keys0: int, batch: int, ends: np.ndarray, first: in
     for j in range(first, first + n):
         keys = keys0 + j * batch
         r = _kernel_s(kernel, fn * keys, b0 + bn * keys, xn * keys, y, z if keys >= zk else 0.0)
-        # ``decode_steps``: the parts in ``_sum_parts``' order, then ``_with_host``.
+        # ``decode_steps``: the parts in ``_sum_parts``' order, then its host time.
         total = before + layers * r
         for i in range(n_after):
             total += c[AFTER + i]
@@ -413,20 +417,18 @@ def step_seconds(
             flops, nbytes = _gdn_step(batch, *dims, e, state_e)
             total += layers * _kernel_s(kc[GDN_STEP], flops, nbytes, 0.0, 0.0, 0.0)
             total += layers * _conv_update(kc, e, batch, width, taps, sms)
-    # 3. ``DensePricing._head``: embedding gather, final norm, the LM head's GEMM
-    # (``_gemm``: ``gemm_sums`` and ``gemm_wave_k``, whose default tile's is ``tile_wave_k``).
+    # 3. ``DensePricing._head``: embedding gather, final norm (``features.head_bytes``), the
+    # LM head's GEMM (``_gemm``: ``gemm_sums`` and ``gemm_wave_k``, whose default tile's is
+    # ``tile_wave_k``).
     d, vocab = mi[D_MODEL], mi[VOCAB]
-    embed = _kernel_s(kc[ELEMENTWISE], 0.0, e * 2.0 * tokens * d, 0.0, 0.0, 0.0)
-    norm = _kernel_s(kc[ELEMENTWISE], 0.0, e * (2.0 * tokens * d + d), 0.0, 0.0, 0.0)
+    embed_bytes, norm_bytes = _head_bytes(tokens, d, e)
+    embed = _kernel_s(kc[ELEMENTWISE], 0.0, embed_bytes, 0.0, 0.0, 0.0)
+    norm = _kernel_s(kc[ELEMENTWISE], 0.0, norm_bytes, 0.0, 0.0, 0.0)
     lm = 0.0
     if sequences:
         flops, nbytes, weights = _gemm_sums(sequences, d, vocab, e)
         waves = _tile_wave_k(sequences, vocab, d, sms, 1)
         lm = _kernel_s(kc[GEMM], flops, nbytes, weights, float(waves), 0.0)
     head = embed + norm + lm
-    # ``_seconds`` and ``_with_host``
-    kernels = dense + total + head
-    host = kc[HOST_ROW, 0]
-    if kc[HOST_ROW, 1] != 0.0:
-        return host if host > kernels else kernels  # ``max(kernels, host)``
-    return kernels + host
+    # ``CostModel._seconds``: ``decode_pricing.with_host``
+    return _with_host(dense + total + head, kc[HOST_ROW, 0], kc[HOST_ROW, 1] != 0.0)

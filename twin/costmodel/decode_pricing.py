@@ -11,6 +11,17 @@ from __future__ import annotations
 from twin.costmodel import features as ft
 
 
+def with_host(kernels: float, host_s: float, floor: bool) -> float:
+    """A step's seconds from its kernels': the host's ``host_s`` added, or (``floor``: the
+    profile's ``max`` mode) the step's floor, ``max(kernels, host_s)`` (Python's ``max``:
+    ``kernels`` unless ``host_s`` is larger). ``CostModel`` calls it per step and
+    ``compiled.step_seconds`` compiles it; :func:`decode_steps` applies it to a run's steps
+    in one comprehension each (no call a step)."""
+    if floor:
+        return host_s if host_s > kernels else kernels
+    return kernels + host_s
+
+
 def decode_steps(
     dense: float,
     before: float,
@@ -22,7 +33,7 @@ def decode_steps(
     host_mode: str,
 ) -> list[float]:
     """Each pure-decode step's seconds from its attention decode kernel's: ``_sum_parts``
-    then ``_with_host`` (``host_s`` per step, added or a floor by ``host_mode``), the same
+    then :func:`with_host` (``host_s`` per step, added or a floor by ``host_mode``), the same
     additions in the same order (one comprehension for the usual few later parts)."""
     if len(after) == 2:
         t1, t2 = after

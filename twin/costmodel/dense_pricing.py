@@ -303,9 +303,10 @@ class DensePricing(ShardShapes):
 
     def _head(self, t: int, seqs: int, cost: StepCost | None) -> float:
         """Embedding gather, final norm and the LM head (one row per sequence)."""
-        elem, e, d = self._k["elementwise"], self.elem_bytes, self.d_model
-        embed = elem(0.0, e * 2.0 * t * d)
-        norm = elem(0.0, e * (2.0 * t * d + d))
+        elem, d = self._k["elementwise"], self.d_model
+        embed_bytes, norm_bytes = ft.head_bytes(t, d, self.elem_bytes)
+        embed = elem(0.0, embed_bytes)
+        norm = elem(0.0, norm_bytes)
         lm = self._gemm(seqs, d, self.vocab) if seqs else 0.0
         if cost is not None:
             cost.add("head", "elementwise", embed + norm)

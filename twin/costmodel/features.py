@@ -568,6 +568,13 @@ def decode_sums(
     return flops, nbytes, scores, tiles, z * (keys >= start)
 
 
+def head_bytes(tokens: int, d: int, e: int) -> tuple[float, float]:
+    """The bytes of a step's two element-wise passes around the layers over ``tokens``
+    rows of width ``d``: the embedding gather (each row's ``d`` elements read and
+    written) and the final norm (the same, and its ``d`` weights read)."""
+    return e * 2.0 * tokens * d, e * (2.0 * tokens * d + d)
+
+
 def elementwise_features(rows: int, width: int, e: int, passes: float = 2.0) -> Features:
     """An element-wise pass over rows x width touching ``passes`` tensors (RMSNorm: 2)."""
     return 4.0 * rows * width, float(e * (passes * rows * width + width)), {}

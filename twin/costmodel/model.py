@@ -58,7 +58,13 @@ from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import StepCost
 from twin.costmodel.collective_pricing import CollectivePricing
 from twin.costmodel.copy_pricing import TIERS, CopyPricing
-from twin.costmodel.decode_pricing import AffineKeys, DecodeHeads, affine_in_keys, decode_steps
+from twin.costmodel.decode_pricing import (
+    AffineKeys,
+    DecodeHeads,
+    affine_in_keys,
+    decode_steps,
+    with_host,
+)
 from twin.costmodel.dense_pricing import DensePricing
 from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.mixer_pricing import MixerPricing
@@ -325,7 +331,8 @@ class CostModel(DensePricing, MoePricing, CollectivePricing, MixerPricing, MlaPr
         if dense is None:
             dense = self._dense_s(tokens)
         mixing = self._mixing(feats, None)
-        return self._with_host(dense + mixing + self._head(tokens, feats.sequences, None))
+        kernels = dense + mixing + self._head(tokens, feats.sequences, None)
+        return with_host(kernels, self.host_s, self.host_mode != "add")
 
     def _dense_s(self, tokens: int) -> float:
         """``_dense(tokens)``, remembered (decode steps repeat token counts)."""
@@ -350,7 +357,8 @@ class CostModel(DensePricing, MoePricing, CollectivePricing, MixerPricing, MlaPr
             return [self._even_decode_s(batch, c) for c in contexts]
         dense, before, attn_layers, after, head = self._decode_parts(batch)
         if attn_layers is None:
-            return [self._with_host(dense + before + head)] * len(contexts)
+            step = with_host(dense + before + head, self.host_s, self.host_mode != "add")
+            return [step] * len(contexts)
         if len(contexts) < _ARRAY_STEPS:
             # Few steps: numpy's fixed cost per call outweighs its per-step saving. The
             # attention decode kernel's features are affine in the keys read (the context
@@ -367,7 +375,7 @@ class CostModel(DensePricing, MoePricing, CollectivePricing, MixerPricing, MlaPr
                 dense, before, attn_layers, after, head, kernel_s, self.host_s, self.host_mode
             )
         # Every step at once, as arrays: the same operations in the same order as
-        # ``_sum_parts`` and ``_with_host`` per element (``compile_many``: the same pow).
+        # ``_sum_parts`` and ``with_host`` per element (``compile_many``: the same pow).
         if isinstance(contexts, range):
             keys = np.arange(contexts.start, contexts.stop, contexts.step, dtype=np.int64)
         else:
@@ -511,11 +519,6 @@ class CostModel(DensePricing, MoePricing, CollectivePricing, MixerPricing, MlaPr
         self.host_by_kind = {k: layers[k] * float(secs[k]) for k in secs if layers.get(k)}
         self.host_s = sum(self.host_by_kind.values())
         self.host_mode = str(entry["mode"])
-
-    def _with_host(self, kernels: float) -> float:
-        if self.host_mode == "add":
-            return kernels + self.host_s
-        return max(kernels, self.host_s)
 
     def _prefill_s(self, n_new: int, n_cached: int) -> float:
         return float(cast(float, self.step(((n_new, n_cached),), ())))

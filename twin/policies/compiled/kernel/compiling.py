@@ -2,7 +2,8 @@
 
 The kernel's functions call each other across the package's modules, and a cached
 function carries the code of everything it calls, so each is cached under the stamp
-numba gives its own file together with a hash of every module of the package
+numba gives its own file together with a hash of every module of the package and of
+``twin/mixers.py``, whose rule of a chunk's keys the kernel compiles (``scores``)
 (:data:`PACKAGE_STAMP`, ``twin.jit.source_stamp``): a change to any of them recompiles
 all of them, as when the kernel was one file. The cache itself is ``twin.jit``'s.
 """
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from twin import mixers
 from twin.jit import compile_fn, source_stamp
 
-PACKAGE_STAMP = source_stamp(Path(__file__).parent)
+PACKAGE_STAMP = source_stamp(Path(__file__).parent, Path(mixers.__file__))
 
 
 def jit(fn=None, **options):

@@ -11,8 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from twin import mixers
 from twin.policies.compiled.kernel import state
 from twin.policies.compiled.kernel.compiling import jit
+
+# ``twin.mixers``' rule of a chunk's keys, compiled here (after the ``keys_upto`` it calls)
+# and inlined; the package's stamp covers ``twin/mixers.py`` (``compiling.PACKAGE_STAMP``).
+jit(mixers.keys_upto, inline="always")
+_chunk_keys = jit(mixers.chunk_keys, inline="always")
 
 
 @jit(inline="always")
@@ -48,24 +54,15 @@ def twin_efficiency(depth: int, own: int, ckpt: int, mc: np.ndarray, mf: np.ndar
     """``FlopAwareEviction``'s: ``PrefillFlops.total(own, depth - own)`` over the node's bytes."""
     c, n, w = depth - own, own, mc[state.M_WINDOW]
     saved = mf[state.F_LINEAR] * n
-    if mf[state.F_QUAD]:  # ``PrefillFlops._formula``: keys attended (``keys_upto``)
-        saved += mf[state.F_QUAD] * (keys_upto(c + n, 0) - keys_upto(c, 0))
-    if mf[state.F_QUADW]:
-        saved += mf[state.F_QUADW] * (keys_upto(c + n, w) - keys_upto(c, w))
+    if mf[state.F_QUAD]:  # ``PrefillFlops._formula``: keys attended (``chunk_keys``)
+        saved += mf[state.F_QUAD] * _chunk_keys(n, c, None)
+    if mf[state.F_QUADW]:  # sliding-window layers: their window ``w`` is set (not 0)
+        saved += mf[state.F_QUADW] * _chunk_keys(n, c, w)
     held = own * mc[state.M_FULLKV] + tail(mc, own) * mc[state.M_SWAKV]  # ``KindBytes.node_bytes``
     held += mc[state.M_CKB] if ckpt else 0
     if held == 0:
         return 0.0
     return saved / held
-
-
-@jit(inline="always")
-def keys_upto(m: int, window: int) -> int:
-    """``twin.mixers.keys_upto``: keys attended by the first ``m`` causal tokens (window 0:
-    none)."""
-    if window == 0 or m <= window:
-        return m * (m + 1) // 2
-    return window * (window + 1) // 2 + (m - window) * window
 
 
 @jit(inline="always")
