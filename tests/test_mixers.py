@@ -114,6 +114,26 @@ def test_swa_flops_cap_keys_at_the_window() -> None:
     assert f["attention"] == proj + 4 * 64 * 101
 
 
+@pytest.mark.parametrize(
+    ("n", "cached", "window", "keys", "kv_rows"),
+    [
+        (4, 0, None, 1 + 2 + 3 + 4, 4),  # full attention, no context: a triangle
+        (2, 5, None, 6 + 7, 7),  # after 5 cached: every row read
+        (3, 0, 8, 1 + 2 + 3, 3),  # inside the window: as full attention
+        (2, 10, 4, 4 + 4, 4 + 2),  # past it: 4 keys a query; the window's rows + the new ones
+        (6, 2, 4, 3 + 4 + 4 + 4 + 4 + 4, 8),  # starting inside it: every cached row + 6 new
+    ],
+)
+def test_a_chunks_keys_and_kv_rows_by_hand(
+    n: int, cached: int, window: int | None, keys: int, kv_rows: int
+) -> None:
+    """``chunk_keys`` / ``chunk_kv_rows`` (the Python step's, the attention features' and,
+    compiled, the compiled step's one rule) against hand counts: the compiled step's ``==``
+    tests compare the rule with itself, so a change to it would pass them."""
+    assert mx.chunk_keys(n, cached, window) == keys
+    assert mx.chunk_kv_rows(n, cached, window) == kv_rows
+
+
 def test_gated_attention_doubles_the_query_projection() -> None:
     m = get_model("tiny-gdn-hybrid")
     plain = dataclasses.replace(m, attn_output_gate=False)
