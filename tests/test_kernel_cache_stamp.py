@@ -8,14 +8,19 @@ any module's change recompiles them all."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import pkgutil
+import types
 from pathlib import Path
 
 import numba
+import pytest
 from numba.core.caching import NullCache
 from numba.core.registry import CPUDispatcher
 
+from twin import jit as twin_jit
 from twin import mixers
 from twin.costmodel import compiled
 from twin.jit import compile_fn, source_stamp
@@ -113,3 +118,82 @@ def test_a_rule_compiled_after_its_callee_calls_the_compiled_callee() -> None:
     assert _calls_twice.__globals__["_twice"] is _twice
     assert caller.py_func.__globals__["_twice"] is callee
     assert isinstance(callee, numba.core.registry.CPUDispatcher)
+
+
+def _stamped(path: Path, sources: tuple[Path, ...]) -> bool:
+    """Whether ``source_stamp(*sources)`` reads file ``path`` (a folder's own modules, not
+    its subfolders', or a named file)."""
+    return any(path == s or (s.is_dir() and path.parent == s) for s in sources)
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _own_names(path: Path, sources: tuple[Path, ...]) -> set[str]:
+    """The names ``path`` assigns or defines at its top level, or imports by name from a
+    module ``sources`` stamp too."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        if isinstance(node, ast.ImportFrom) and node.module:
+            spec = importlib.util.find_spec(node.module)
+            if spec and spec.origin and _stamped(Path(spec.origin), sources):
+                names |= {a.asname or a.name for a in node.names}
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            elts = target.elts if isinstance(target, ast.Tuple) else [target]
+            names |= {e.id for e in elts if isinstance(e, ast.Name)}
+    return names
+
+
+def _dispatchers() -> list[CPUDispatcher]:
+    """Every function compiled through ``twin.jit``: the last form of each
+    (``_COMPILED``) and the cost model's and the policies kernel's named ones."""
+    found = {id(d): d for d in twin_jit._COMPILED.values()}
+    modules = [compiled] + [
+        importlib.import_module(f"{kernel.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(kernel.__path__)
+    ]
+    for module in modules:
+        found |= {id(d): d for d in vars(module).values() if isinstance(d, CPUDispatcher)}
+    return list(found.values())
+
+
+@pytest.mark.parametrize("which", ["cost model", "policies kernel"])
+def test_what_compiled_code_reads_is_stamped(which: str) -> None:
+    """Every function compiled under the cost model's (or the policies kernel's) stamp, a
+    callee only too, comes from a stamped file, and every global it reads is a compiled
+    callee, a module, or a name its own module assigns or imports from a stamped one: a
+    constant imported from an unstamped module would be frozen into the cache and left
+    stale by its change."""
+    if which == "cost model":
+        sources = compiled.SOURCES
+    else:
+        sources = (Path(kernel.__file__).parent, Path(mixers.__file__))
+        assert source_stamp(*sources) == PACKAGE_STAMP
+    stamp = source_stamp(*sources)
+    rules = [d for d in _dispatchers() if _cached_stamp(d) == stamp]
+    if not rules:
+        pytest.skip("numba found no writable cache place: nothing is cached, nothing stale")
+    assert len(rules) >= 20
+    for d in rules:
+        fn = d.py_func  # (a copy whose globals name its compiled callees)
+        path = Path(fn.__code__.co_filename)
+        assert _stamped(path, sources), fn
+        own = _own_names(path, sources)
+        for name in _global_names(fn.__code__):
+            value = fn.__globals__.get(name)
+            if value is None or isinstance(value, (types.ModuleType, CPUDispatcher)):
+                continue
+            if isinstance(value, types.FunctionType):
+                assert value in twin_jit._COMPILED, (fn, name)
+            else:
+                assert name in own, (fn, name, "read from an unstamped module?")
