@@ -115,3 +115,21 @@ def test_the_spread_breaks_the_closed_loops_phase(monkeypatch: pytest.MonkeyPatc
     assert len(ttft_locked) <= 4 < len(ttft_spread)
     # Seeded by the row: the same run twice.
     assert [r.ttft_s for r in again] == [r.ttft_s for r in spread]
+
+
+def test_a_closed_loop_client_sends_nothing_due_after_until(tmp_path: Path) -> None:
+    """One client, three single-turn sessions and ``--until-s 1``: the second's turn 0 is
+    due 10 s after the client frees, past the end, so the client stops there (as it stops
+    once free after the end): the third, due at once, is not sent out of file order."""
+    path = tmp_path / "w.parquet"
+    prompt = np.arange(1, 65, dtype=np.int32)
+    with WorkloadWriter(path, {}) as w:
+        w.write(WorkloadRow(0, 0, None, None, prompt, False, None, 4))
+        w.write(WorkloadRow(1, 0, None, 10.0, prompt + 100, False, None, 4))
+        w.write(WorkloadRow(2, 0, None, None, prompt + 200, False, None, 4))
+    records: list[RequestRecord] = []
+    run = engine_run.build_run(
+        path, model="tiny-transformer", gpu="h100", concurrency=1, until_s=1.0
+    )
+    run.simulate(on_record=records.append)
+    assert [r.session_id for r in records] == [0]

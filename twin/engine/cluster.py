@@ -275,7 +275,10 @@ class Cluster:
         started as soon as the previous one ends, until ``until_s`` or the file ends."""
         env, until = self.env, self.config.arrivals.until_s
         for first, _ in starts:
-            if until is not None and env.now > until:
+            # The session's turn 0 is sent ``think_s`` after the client frees
+            # (``SessionSource.turn_arrival``): none due after ``until_s`` is sent, and the
+            # client stops there rather than skip to a later session of the file.
+            if until is not None and env.now + (first.think_s or 0.0) > until:
                 self.source.drop(first.session_id)
                 break
             self._active += 1
