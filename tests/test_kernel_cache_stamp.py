@@ -197,3 +197,36 @@ def test_what_compiled_code_reads_is_stamped(which: str) -> None:
                 assert value in twin_jit._COMPILED, (fn, name)
             else:
                 assert name in own, (fn, name, "read from an unstamped module?")
+
+
+LAZY_MODULE = """
+from twin.jit import compile_fn
+
+
+def thrice(a):
+    return 3 * a
+
+
+thrice_compiled = compile_fn(thrice, "i8(i8)")
+
+
+def plus_later(a):
+    return thrice(a) + LATER
+
+
+# Lazily, as the policies kernel's ``jit`` decorates: its module is half run here.
+plus_later_compiled = compile_fn(plus_later, None, "")
+LATER = 2
+"""
+
+
+def test_a_lazy_rule_calling_a_compiled_one_sees_its_modules_later_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A function compiled lazily where it is defined, calling a rule compiled here, reads
+    the names its module defines below it (its globals are taken at each compile)."""
+    (tmp_path / "r40_lazy_rule.py").write_text(LAZY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("r40_lazy_rule")
+    assert module.plus_later_compiled(5) == 17 == module.plus_later(5)
+    assert module.plus_later_compiled.py_func.__globals__["thrice"] is module.thrice_compiled

@@ -82,17 +82,23 @@ def stamped_cache(stamp: str) -> type[caching.FunctionCache]:
     return StampedCache
 
 
+def _compiled_calls(fn: types.FunctionType) -> dict[str, Any]:
+    """The compiled forms of the plain functions ``fn`` calls that are compiled here, by
+    the names ``fn`` calls them."""
+    return {
+        name: _COMPILED[g]
+        for name in fn.__code__.co_names
+        if isinstance(g := fn.__globals__.get(name), types.FunctionType) and g in _COMPILED
+    }
+
+
 def _calling_compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn``, or a copy of it whose globals name the compiled forms of the plain functions
     it calls that are compiled here (the same code, file and name: numba caches it as
     ``fn``)."""
     if not isinstance(fn, types.FunctionType):
         return fn
-    calls = {
-        name: _COMPILED[g]
-        for name in fn.__code__.co_names
-        if isinstance(g := fn.__globals__.get(name), types.FunctionType) and g in _COMPILED
-    }
+    calls = _compiled_calls(fn)
     if not calls:
         return fn
     copy = types.FunctionType(
@@ -109,7 +115,21 @@ def compile_fn(
     disk under ``stamp`` (:func:`source_stamp`) where numba finds a writable place; now for
     ``signature`` (and no other), else lazily a signature a call."""
     options = {"error_model": "numpy", "nogil": True, **options}
-    compiled = numba.njit(**options)(_calling_compiled(fn))
+    py = _calling_compiled(fn)
+    compiled = numba.njit(**options)(py)
+    if signature is None and py is not fn:
+        # Lazily compiled, a signature a call: the copy's globals are those of ``fn``'s
+        # module when each compile starts, not when it was decorated (its module then half
+        # run: a name defined below it, or rebound since, would be missing or stale).
+        compile_then = compiled.compile
+
+        def compile_now(sig: Any) -> Any:
+            assert isinstance(fn, types.FunctionType)
+            py.__globals__.update(fn.__globals__)
+            py.__globals__.update(_compiled_calls(fn))
+            return compile_then(sig)
+
+        compiled.compile = compile_now
     # What ``cache=True`` does (``Dispatcher.enable_caching``), with the stamped cache;
     # numba: "cannot cache function ...: no locator available" leaves it uncached.
     with contextlib.suppress(RuntimeError):
