@@ -230,3 +230,14 @@ def test_a_lazy_rule_calling_a_compiled_one_sees_its_modules_later_names(
     module = importlib.import_module("r40_lazy_rule")
     assert module.plus_later_compiled(5) == 17 == module.plus_later(5)
     assert module.plus_later_compiled.py_func.__globals__["thrice"] is module.thrice_compiled
+
+
+def test_every_cache_is_stamped_with_the_options_module() -> None:
+    """``twin.jit``'s own hash is in every stamp: its options (``error_model``) are compiled
+    into each function, and numba's cache key holds the function's bytecode only."""
+    assert source_stamp(Path(twin_jit.__file__)) == twin_jit.JIT_STAMP
+    caches = [d._cache for d in twin_jit._COMPILED.values()]
+    stamps = [c._cache_file._source_stamp for c in caches if not isinstance(c, NullCache)]
+    if not stamps:
+        pytest.skip("numba found no writable cache place: nothing is cached, nothing stale")
+    assert all(s[2] == twin_jit.JIT_STAMP for s in stamps)

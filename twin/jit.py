@@ -58,15 +58,22 @@ def source_stamp(*sources: Path) -> str:
     return digest.hexdigest()
 
 
+# This module's own hash: the options every function here is compiled with (``compile_fn``:
+# ``error_model`` decides what an integer division by zero gives) are in no caller's
+# sources, and numba's cache key holds the function's bytecode, not its options.
+JIT_STAMP = source_stamp(Path(__file__))
+
+
 @functools.cache
 def stamped_cache(stamp: str) -> type[caching.FunctionCache]:
     """numba's ``FunctionCache`` (``cache=True``) whose source stamp is numba's own (the
-    function's file) together with ``stamp``: a change to either recompiles."""
+    function's file) together with ``stamp`` and :data:`JIT_STAMP`: a change to any
+    recompiles."""
 
     def stamped(locator: type[Any]) -> type[Any]:
         class Stamped(locator):  # type: ignore[misc,valid-type]
             def get_source_stamp(self) -> object:
-                return super().get_source_stamp(), stamp
+                return super().get_source_stamp(), stamp, JIT_STAMP
 
         Stamped.__name__ = f"Stamped{locator.__name__}"
         return Stamped
