@@ -6,7 +6,8 @@ function carries the code of everything it calls, inlined or not: a callee chang
 another file would leave its callers' caches stale (numba's documented limit: "changes in
 other files are not detected"). So each function compiled here is cached under the stamp
 numba gives its own file together with :func:`source_stamp` of the sources it is compiled
-from (the folders and files its caller names): a change to any of them recompiles it.
+from (the folders and files its caller names) and of this module (:data:`JIT_STAMP`, whose
+options it is compiled with): a change to any of them recompiles it.
 
 Cached where numba finds a writable place (beside the source file, or the user's cache
 folder); compiled once per process where it finds none. No ``fastmath``: floating-point
