@@ -224,12 +224,17 @@ def test_a_lazy_rule_calling_a_compiled_one_sees_its_modules_later_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A function compiled lazily where it is defined, calling a rule compiled here, reads
-    the names its module defines below it (its globals are taken at each compile)."""
+    the names its module defines below it (its globals are taken at each compile), its
+    callee the compiled form it was decorated with."""
     (tmp_path / "r40_lazy_rule.py").write_text(LAZY_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module("r40_lazy_rule")
+    # The callee compiled again before the first call: the caller keeps the form it was
+    # decorated with (a rule compiled twice, each caller's own).
+    again = compile_fn(module.thrice, "i8(i8)")
     assert module.plus_later_compiled(5) == 17 == module.plus_later(5)
-    assert module.plus_later_compiled.py_func.__globals__["thrice"] is module.thrice_compiled
+    callee = module.plus_later_compiled.py_func.__globals__["thrice"]
+    assert callee is module.thrice_compiled and callee is not again
 
 
 def test_every_cache_is_stamped_with_the_options_module() -> None:

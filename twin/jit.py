@@ -128,13 +128,16 @@ def compile_fn(
     if signature is None and py is not fn:
         # Lazily compiled, a signature a call: the copy's globals are those of ``fn``'s
         # module when each compile starts, not when it was decorated (its module then half
-        # run: a name defined below it, or rebound since, would be missing or stale).
+        # run: a name defined below it, or rebound since, would be missing or stale); its
+        # callees stay the compiled forms they were then (a rule compiled twice, as the
+        # policies kernel's inlined ``mixers.keys_upto``, keeps each caller's own).
         compile_then = compiled.compile
+        callees = {name: py.__globals__[name] for name in _compiled_calls(fn)}
 
         def compile_now(sig: Any) -> Any:
             assert isinstance(fn, types.FunctionType)
             py.__globals__.update(fn.__globals__)
-            py.__globals__.update(_compiled_calls(fn))
+            py.__globals__.update(callees)
             return compile_then(sig)
 
         compiled.compile = compile_now
