@@ -126,6 +126,7 @@ def compile_fn(
     py = _calling_compiled(fn)
     compiled = numba.njit(**options)(py)
     if signature is None and py is not fn:
+        assert isinstance(fn, types.FunctionType) and isinstance(py, types.FunctionType)
         # Lazily compiled, a signature a call: the copy's globals are those of ``fn``'s
         # module when each compile starts, not when it was decorated (its module then half
         # run: a name defined below it, or rebound since, would be missing or stale); its
@@ -135,7 +136,6 @@ def compile_fn(
         callees = {name: py.__globals__[name] for name in _compiled_calls(fn)}
 
         def compile_now(sig: Any) -> Any:
-            assert isinstance(fn, types.FunctionType)
             py.__globals__.update(fn.__globals__)
             py.__globals__.update(callees)
             return compile_then(sig)
