@@ -68,3 +68,25 @@ def _inferencemax_r1(**fields: Any) -> sil.SiliconRow:
         concurrency=4,
         **fields,
     )
+
+
+def predict_records(plan: sil.RowPlan, monkeypatch: Any) -> tuple[dict[str, Any], list[Any]]:
+    """``sil.predict(plan)`` and every request record its run wrote (measured and warm-up),
+    seen through a spy on ``Run.simulate``'s ``on_record`` (``monkeypatch``: pytest's; the spy
+    is undone after the call, the caller's own patches kept)."""
+    from twin.engine import run as engine_run
+
+    seen: list[Any] = []
+    original = engine_run.Run.simulate
+
+    def spy(self, *args, on_record=None, **kwargs):  # type: ignore[no-untyped-def]
+        def both(rec):  # type: ignore[no-untyped-def]
+            seen.append(rec)
+            on_record(rec)
+
+        return original(self, *args, on_record=both, **kwargs)
+
+    with monkeypatch.context() as patch:  # the spy only, for this call
+        patch.setattr(engine_run.Run, "simulate", spy)
+        result = sil.predict(plan)
+    return result, seen

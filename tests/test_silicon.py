@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from silicon_small import CONFIGS, EXPRESSED, REASONS, SMALL, _layout, _rows
+from silicon_small import CONFIGS, EXPRESSED, REASONS, SMALL, _layout, _rows, predict_records
 
 from twin.errors import TwinError
 from twin.presets import get_model
@@ -450,20 +450,7 @@ def test_the_measured_phase_starts_from_an_idle_server(monkeypatch: pytest.Monke
     plan = sil.plan_row(rows["tiny_b200_trtllm_agg_128x16_c4_tp1"], CONFIGS)
     assert isinstance(plan, sil.RowPlan)
     assert (plan.requests, plan.warmup) == (4, 0)
-    seen = []
-    from twin.engine import run as engine_run
-
-    original = engine_run.Run.simulate
-
-    def spy(self, *args, on_record=None, **kwargs):  # type: ignore[no-untyped-def]
-        def both(rec):  # type: ignore[no-untyped-def]
-            seen.append(rec)
-            on_record(rec)
-
-        return original(self, *args, on_record=both, **kwargs)
-
-    monkeypatch.setattr(engine_run.Run, "simulate", spy)
-    result = sil.predict(plan)
+    result, seen = predict_records(plan, monkeypatch)
     assert len(seen) == 4
     assert {r.arrival_s for r in seen} == {0.0}
     measured = seen

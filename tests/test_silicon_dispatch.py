@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from silicon_small import CONFIGS, _rows
+from silicon_small import CONFIGS, _rows, predict_records
 
 from twin.engine import run as engine_run
 from twin.errors import TwinError
@@ -63,6 +63,12 @@ def test_bad_spreads_are_refused_with_one_line(tmp_path: Path, bad: float) -> No
     assert "dispatch_spread_s" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_flag_is_not_a_spread() -> None:
+    """``True`` is no number of seconds (it would read as 1 s): refused like a bad number."""
+    with pytest.raises(TwinError, match="dispatch_spread_s"):
+        sil.Harness("aiperf", 1, 0, 1.0, True)
+
+
 def test_a_closed_loop_turn_zero_waits_its_think_time(tmp_path: Path) -> None:
     """One client, two single-turn sessions: the second leaves ``think_s`` after the
     first completed (before, a closed-loop turn 0 ignored its ``think_s``)."""
@@ -80,20 +86,7 @@ def test_a_closed_loop_turn_zero_waits_its_think_time(tmp_path: Path) -> None:
 
 
 def _records(plan: sil.RowPlan, monkeypatch: pytest.MonkeyPatch) -> list[RequestRecord]:
-    seen: list[RequestRecord] = []
-    original = engine_run.Run.simulate
-
-    def spy(self, *args, on_record=None, **kwargs):  # type: ignore[no-untyped-def]
-        def both(rec):  # type: ignore[no-untyped-def]
-            seen.append(rec)
-            on_record(rec)
-
-        return original(self, *args, on_record=both, **kwargs)
-
-    monkeypatch.setattr(engine_run.Run, "simulate", spy)
-    sil.predict(plan)
-    monkeypatch.undo()
-    return seen
+    return predict_records(plan, monkeypatch)[1]
 
 
 def test_the_spread_breaks_the_closed_loops_phase(monkeypatch: pytest.MonkeyPatch) -> None:

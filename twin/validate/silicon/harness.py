@@ -62,7 +62,8 @@ class Harness:
 
     def __post_init__(self) -> None:
         spread = self.dispatch_spread_s
-        if not (isinstance(spread, (int, float)) and math.isfinite(spread) and spread >= 0):
+        number = isinstance(spread, (int, float)) and not isinstance(spread, bool)
+        if not (number and math.isfinite(spread) and spread >= 0):
             raise TwinError(
                 f"harness {self.name!r}: dispatch_spread_s must be a finite number of "
                 f"seconds >= 0, not {spread!r}"
