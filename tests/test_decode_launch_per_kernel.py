@@ -314,3 +314,18 @@ def test_a_flashinfer_fit_made_in_code_is_named_for_its_grid() -> None:
     assert made.kernels["attn_decode"].model.endswith("+flashinfer_waves")
     fa3 = Profile.load(PROFILES / "h100-sglang.json").kernels["attn_decode"]
     assert "c_waves_d" in fa3.params and fa3.model.endswith("+waves_d")
+
+
+def test_a_malformed_field_is_named_before_a_stale_fit(tmp_path: Path) -> None:
+    """The launch-name refusal runs after every field is parsed (review40's fourth item): a file
+    whose ``gpu`` is not text and whose FlashInfer fit is stale names the ``gpu`` first, as
+    before the refusal existed."""
+    from twin.errors import TwinError
+
+    path = _flashinfer_file(tmp_path, "c_waves_d")
+    data = json.loads(path.read_text())
+    data["gpu"] = 5
+    path.write_text(json.dumps(data))
+    with pytest.raises(TwinError, match=r"\bgpu\b") as err:
+        Profile.load(path)
+    assert "launch coefficient" not in str(err.value)

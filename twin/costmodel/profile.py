@@ -597,11 +597,23 @@ class Profile:
                     f"{where}: schema {data.get('schema')!r} is not "
                     f"{SCHEMA_VERSION}; re-run twin calibrate"
                 )
+            # Parsed in the order the fields were always checked (a file with several faults
+            # names the same first one), then the fits' launch names, before the profile's own
+            # checks rename them (``fit_upgrade.name_launch_coefficient``).
             peaks = _object(data["peaks"], "peaks")
-            kernels = {
-                k: KernelFit.from_dict(v, f"kernels.{k}")
-                for k, v in _object(data["kernels"], "kernels").items()
-            }
+            raw_kernels = _object(data["kernels"], "kernels")
+            gpu = _text(data["gpu"], "gpu")
+            device = _text(data["device"], "device")
+            source = _text(data["source"], "source")
+            numbers = {k: _number(v, f"peaks.{k}") for k, v in peaks.items() if v is not None}
+            kernels = {k: KernelFit.from_dict(v, f"kernels.{k}") for k, v in raw_kernels.items()}
+            provenance = dict(_object(data.get("provenance") or {}, "provenance"))
+            transferred = data.get("transferred_from")
+            transferred_from = (
+                None if transferred is None else _text(transferred, "transferred_from")
+            )
+            dtype = _text(data.get("dtype", "bfloat16"), "dtype")
+            overhead = _overhead(data.get("layer_overhead"))
             releases = {
                 k: TableReleases.from_dict(v, f"table_releases.{k}")
                 for k, v in _object(data.get("table_releases") or {}, "table_releases").items()
@@ -611,19 +623,16 @@ class Profile:
             for name, rel in releases.items():
                 for release, fit in rel.fits.items():
                     stale_launch_coefficient(name, fit, f"table_releases.{name}.fits.{release}")
-            transferred = data.get("transferred_from")
             return cls(
-                gpu=_text(data["gpu"], "gpu"),
-                device=_text(data["device"], "device"),
-                source=_text(data["source"], "source"),
-                peaks={k: _number(v, f"peaks.{k}") for k, v in peaks.items() if v is not None},
+                gpu=gpu,
+                device=device,
+                source=source,
+                peaks=numbers,
                 kernels=kernels,
-                provenance=dict(_object(data.get("provenance") or {}, "provenance")),
-                transferred_from=None
-                if transferred is None
-                else _text(transferred, "transferred_from"),
-                dtype=_text(data.get("dtype", "bfloat16"), "dtype"),
-                layer_overhead=_overhead(data.get("layer_overhead")),
+                provenance=provenance,
+                transferred_from=transferred_from,
+                dtype=dtype,
+                layer_overhead=overhead,
                 table_releases=releases,
             )
         except _Bad as bad:
