@@ -63,10 +63,13 @@ def test_bad_spreads_are_refused_with_one_line(tmp_path: Path, bad: float) -> No
     assert "dispatch_spread_s" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_flag_is_not_a_spread() -> None:
-    """``True`` is no number of seconds (it would read as 1 s): refused like a bad number."""
+def test_a_flag_is_not_a_spread(tmp_path: Path) -> None:
+    """``True`` is no number of seconds (it would read as 1 s): refused like a bad number,
+    by the harness and by the workload writer alike."""
     with pytest.raises(TwinError, match="dispatch_spread_s"):
         sil.Harness("aiperf", 1, 0, 1.0, True)
+    with pytest.raises(TwinError, match="dispatch_spread_s"):
+        write_workload(tmp_path / "w.parquet", 64, 8, 4, 7, dispatch_spread_s=True)
 
 
 def test_a_closed_loop_turn_zero_waits_its_think_time(tmp_path: Path) -> None:

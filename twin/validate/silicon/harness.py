@@ -61,13 +61,17 @@ class Harness:
     dispatch_spread_s: float = 0.0
 
     def __post_init__(self) -> None:
-        spread = self.dispatch_spread_s
-        number = isinstance(spread, (int, float)) and not isinstance(spread, bool)
-        if not (number and math.isfinite(spread) and spread >= 0):
-            raise TwinError(
-                f"harness {self.name!r}: dispatch_spread_s must be a finite number of "
-                f"seconds >= 0, not {spread!r}"
-            )
+        check_dispatch_spread(self.dispatch_spread_s, f"harness {self.name!r}: ")
+
+
+def check_dispatch_spread(spread: float, where: str = "") -> None:
+    """Refuse a dispatch spread (:attr:`Harness.dispatch_spread_s`) that is no finite number
+    of seconds >= 0 (a bool is none), in one line prefixed ``where``."""
+    number = isinstance(spread, (int, float)) and not isinstance(spread, bool)
+    if not (number and math.isfinite(spread) and spread >= 0):
+        raise TwinError(
+            f"{where}dispatch_spread_s must be a finite number of seconds >= 0, not {spread!r}"
+        )
 
 
 # aiconfigurator's benchmark (above): aiperf with ``--isl-stddev 0 --osl-stddev 0``

@@ -17,10 +17,13 @@ from twin.engine.run import Run, RunArgs, build_run
 from twin.errors import TwinError
 from twin.metrics import RequestRecord
 from twin.validate.silicon.deployment import engine_build
-from twin.validate.silicon.harness import TOKEN_RANGE
+from twin.validate.silicon.harness import TOKEN_RANGE, check_dispatch_spread
 from twin.validate.silicon.plan import RowPlan
 from twin.workloads.schema import WorkloadRow
 from twin.workloads.writer import WorkloadWriter
+
+# The seed stream of the dispatch delays, beside the row's seed (any fixed number).
+_DISPATCH_STREAM = 1
 
 
 def write_workload(
@@ -44,10 +47,7 @@ def write_workload(
     client sends it that long after its slot frees (``Harness.dispatch_spread_s``;
     ``twin.engine.source``), from a stream of its own (the prompts and lengths are the
     same at every spread)."""
-    if not (math.isfinite(dispatch_spread_s) and dispatch_spread_s >= 0):
-        raise TwinError(
-            f"dispatch_spread_s must be a finite number of seconds >= 0, not {dispatch_spread_s!r}"
-        )
+    check_dispatch_spread(dispatch_spread_s)
     rng = np.random.default_rng(seed)
     meta = {"generator": "silicon", "isl": isl, "osl": osl, "requests": requests, "seed": seed}
     if prompt_scale != 1.0:
@@ -68,10 +68,6 @@ def write_workload(
             prompt = rng.integers(0, TOKEN_RANGE, round(isls[i] * prompt_scale), dtype=np.int32)
             w.write(WorkloadRow(i, 0, None, delays[i], prompt, False, None, int(osls[i])))
     return path
-
-
-# The seed stream of the dispatch delays, beside the row's seed (any fixed number).
-_DISPATCH_STREAM = 1
 
 
 def _mean(values: Sequence[float]) -> float:
