@@ -85,7 +85,6 @@ def stamped_cache(stamp: str) -> type[caching.FunctionCache]:
 
     class StampedCache(caching.FunctionCache):
         _impl_class = Impl
-        sources_stamp = stamp
 
     return StampedCache
 

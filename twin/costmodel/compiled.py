@@ -66,7 +66,7 @@ def jit(signature: str) -> Any:
 
 # The rules, each compiled after those it calls (``twin.jit``); counts are int64, a window
 # None for full attention, an SM count 0 where not known.
-_keys_upto = jit("i8(i8, optional(i8))")(mixers.keys_upto)
+jit("i8(i8, optional(i8))")(mixers.keys_upto)
 _chunk_keys = jit("i8(i8, i8, optional(i8))")(mixers.chunk_keys)
 _chunk_kv_rows = jit("i8(i8, i8, optional(i8))")(mixers.chunk_kv_rows)
 _spread_keys = jit("i8(i8, i8, i8)")(sf.spread_keys)
