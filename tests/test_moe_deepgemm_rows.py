@@ -18,14 +18,16 @@ from twin.presets import get_model
 QWEN3 = dataclasses.replace(
     get_model("qwen3-235b-a22b"), precision="fp8", moe_precision="fp8-block", kv_dtype="fp8"
 )
-PADDED = KernelLayout(moe_rows_per_expert=128)
+PADDED = KernelLayout(moe_rows_per_expert=128, moe_pads_every_expert=True)
 
 
 def test_vllm_0_12_0_pads_below_moe_tp_8_only() -> None:
     assert vllm_kernel_layout(QWEN3, "0.12.0", 2, 1, 1, "h200") == PADDED
     assert vllm_kernel_layout(QWEN3, "0.12.0", 2, 1, 1, "b200") == PADDED  # SM 10.0
-    # MoE TP 8 (dp x tp): DeepGEMM off.
-    assert vllm_kernel_layout(QWEN3, "0.12.0", 4, 2, 1, "h200").moe_rows_per_expert == 0
+    # The replica's GPUs are the MoE's TP (dp x each rank's tp, ``layout_for``'s ``tp``):
+    # 4 GPUs as 2 data-parallel ranks keep DeepGEMM, 8 turn it off.
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 4, 2, 1, "h200").moe_rows_per_expert == 128
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 8, 2, 1, "h200").moe_rows_per_expert == 0
     assert vllm_kernel_layout(QWEN3, "0.12.0", 8, 1, 1, "h200").moe_rows_per_expert == 0
     assert vllm_kernel_layout(QWEN3, "0.19.0", 2, 1, 1, "h200").moe_rows_per_expert == 0
     llama = get_model("llama-3-8b")
@@ -50,16 +52,27 @@ def test_neither_on_a_gpu_deepgemm_skips_nor_for_other_experts() -> None:
         KernelLayout(moe_rows_per_expert=-1)
 
 
-def test_a_decode_step_computes_128_rows_an_expert_reached() -> None:
+def test_a_launch_computes_128_rows_of_every_expert_held() -> None:
     h200 = load_profile("h200", "vllm")
     plain, padded = CostModel(QWEN3, h200, 2), CostModel(QWEN3, h200, 2, kernel_layout=PADDED)
     rows, active = 16 * 8.0, 60.0
     assert plain._moe_padded_rows(rows, active) == rows
-    assert padded._moe_padded_rows(rows, active) == active * 128
-    assert padded._moe_padded_rows(40_000.0, active) == 40_000.0  # a prefill's rows
-    # A decode step of 16 sequences pays for the padded rows (the measured 0.12.0 TPOT at
-    # tp 2: 52-56 ms at 9-20 clients, where the routed rows alone price 24-30).
+    # vLLM 0.12.0 ``compute_aligned_M``: M x topk + 128 experts x 127, rounded up to 128.
+    assert padded._moe_padded_rows(rows, active) == 128 * 128  # 128 + 16,256
+    assert padded._moe_padded_rows(40_000.0, active) == 56_320  # a prefill's 40,000 + 16,256
+    # Only the experts a launch reaches (TensorRT-LLM 1.1's masked layout on B200).
+    reached = CostModel(QWEN3, h200, 2, kernel_layout=KernelLayout(moe_rows_per_expert=128))
+    assert reached._moe_padded_rows(rows, active) == active * 128
+    assert reached._moe_padded_rows(40_000.0, active) == 40_000.0
+    # Under expert parallelism a rank holds 128 / 4 experts.
+    ep4 = CostModel(QWEN3, h200, 4, ep=4, kernel_layout=PADDED)
+    assert ep4._moe_padded_rows(rows, active) == 4_224  # 128 + 4,064, rounded up
+    # A decode step pays for the padded rows, and hardly moves with the batch (the measured
+    # 0.12.0 TPOT at tp 2: 51-59 ms at 4-20 clients, where the routed rows alone price
+    # 24-50).
     assert padded.decode([4000] * 16) > 1.3 * plain.decode([4000] * 16)
+    grows = padded.decode([4000] * 16) / padded.decode([4000] * 4)
+    assert grows < 1.3 < plain.decode([4000] * 16) / plain.decode([4000] * 4)
 
 
 def test_the_run_lays_out_the_profiles_gpu_and_ep() -> None:

@@ -36,11 +36,12 @@ def test_0_16_0_under_moe_tp_pays_the_experts_it_holds_beyond_the_ep_layout() ->
 
 def test_data_parallel_attention_holds_the_experts_over_dp_x_tp_ranks() -> None:
     # Without expert parallelism vLLM's MoE runs at tensor-parallel size dp x tp
-    # (``FusedMoEParallelConfig.make``): 2 x 4 GPUs each hold all 256 experts.
-    layout = vllm_kernel_layout(MINIMAX, "0.16.0", 2, 4, 1, "h200")
+    # (``FusedMoEParallelConfig.make``): a replica of 8 GPUs (``layout_for``'s ``tp``) as 4
+    # ranks of attention TP 2, each GPU holding all 256 experts at MoE TP 8, not 32.
+    layout = vllm_kernel_layout(MINIMAX, "0.16.0", 8, 4, 1, "h200")
     assert layout.moe_layer_extra_s == pytest.approx(0.224e-6 * 256 * 7 / 8)
     assert layout.dense_ffn_on_rank
-    assert vllm_kernel_layout(MINIMAX, "0.16.0", 2, 4, 8, "h200").moe_layer_extra_s == 0.0
+    assert vllm_kernel_layout(MINIMAX, "0.16.0", 8, 4, 8, "h200").moe_layer_extra_s == 0.0
 
 
 def test_nothing_where_the_release_layout_or_gpu_runs_another_kernel() -> None:

@@ -347,10 +347,17 @@ class MoePricing(ShardShapes):
         """The rows a fused-MoE launch computes: ``rows`` as routed, or, where the engine
         runs its experts through DeepGEMM's contiguous layout
         (``KernelLayout.moe_rows_per_expert``: ``twin.engine.kernel_layouts_vllm.
-        vllm_kernel_layout`` decides the build, the GPU and the experts' format), at least
-        that many rows for each expert reached (each expert's rows padded to the
-        alignment; a lower bound where an expert has more rows than that)."""
-        align = self.kernel_layout.moe_rows_per_expert
+        vllm_kernel_layout`` and ``kernel_layouts_trtllm`` decide the build, the GPU and the
+        experts' format), at least that many rows for each expert reached (each expert's
+        rows padded to the alignment; a lower bound where an expert has more rows than
+        that), or, where the launch is sized for the worst case
+        (``KernelLayout.moe_pads_every_expert``), the routed rows plus one alignment less a
+        row for every expert the rank holds, rounded up to the alignment."""
+        layout = self.kernel_layout
+        align = layout.moe_rows_per_expert
         if not align:
             return rows
+        if layout.moe_pads_every_expert:
+            held = self.model.moe_n_experts / self._moe_ep + (1.0 if self._shared_fused else 0.0)
+            return float(math.ceil((rows + held * (align - 1)) / align) * align)
         return max(rows, active * align)

@@ -59,10 +59,22 @@ def vllm_shared_expert_stream_tokens(model: ModelSpec, build: str, dp: int) -> i
 # Then ``fused_moe/fused_moe.py`` ``fused_experts`` calls ``deep_gemm_moe_fp8`` whenever
 # ``is_deep_gemm_e8m0_used()`` (``VLLM_USE_DEEP_GEMM_E8M0`` default 1, on Hopper too), not
 # only for M >= 128 (``_valid_deep_gemm``). ``deep_gemm_moe.py`` lays each expert's rows
-# out padded to ``get_mk_alignment_for_contiguous_layout()``, 128 in DeepGEMM, so a decode
-# step computes 128 rows for every expert its few tokens reach. 0.16.0 puts FlashInfer
-# CUTLASS before DeepGEMM on Hopper (below), so only 0.12.0 is read as this rule (priced by
-# ``MoePricing._moe_padded_rows``).
+# out padded to ``get_mk_alignment_for_contiguous_layout()``, 128 in DeepGEMM, in a buffer
+# of ``M_sum`` rows: ``DeepGemmExperts.apply`` sizes it by ``deep_gemm_utils.
+# compute_aligned_M``, which without the experts' token counts on the host (``deep_gemm_
+# moe_fp8`` runs ``MoEPrepareAndFinalizeNoEP``, whose ``prepare`` returns none) takes the
+# worst case, ``M x topk + local_num_experts x (128 - 1)`` rounded up to 128. DeepGEMM's
+# grouped contiguous GEMM then walks every 128-row block of it (deepseek-ai/DeepGEMM
+# 38f8ef7, 2025-11-21, ``impls/sm90_fp8_gemm_1d2d.cuh``): its TMA warp loads each block's
+# A, A-scale and B tiles (a padding block's rows carry expert -1, read as expert 0's
+# weights: ``common/scheduler.cuh`` ``get_global_idx``, ``max(0, grouped_layout[...])``),
+# and only the math warps skip a padding block's WGMMAs (``is_computation_valid``), so the
+# pipeline still streams it. The twin prices the launch as ``M_sum`` rows
+# (``KernelLayout.moe_pads_every_expert``): a decode step pays for 128 rows of every expert
+# on the GPU, whatever its few tokens reach, so the step's time hardly moves with the batch
+# (the measured 0.12.0 H200 Qwen3-235B-A22B-FP8 TPOT: 51-59 ms on 2 MoE GPUs at 4-20
+# clients). 0.16.0 puts FlashInfer CUTLASS before DeepGEMM on Hopper (below), so only 0.12.0
+# is read as this rule (priced by ``MoePricing._moe_padded_rows``).
 VLLM_DEEPGEMM_MOE_BUILDS = frozenset({"0.12.0"})
 VLLM_DEEPGEMM_MOE_MAX_TP = 8  # ``get_fp8_moe_backend``: DeepGEMM off from this MoE TP
 DEEPGEMM_GPUS = HOPPER | SM100_EXACT
@@ -133,10 +145,12 @@ def vllm_flashinfer_cutlass_tp_s(model: ModelSpec, build: str, moe_tp: int, gpu:
     return per_expert * model.moe_n_experts * (1.0 - 1.0 / moe_tp)
 
 
-def vllm_moe_tp(tp: int, dp: int, ep: int) -> int:
-    """vLLM's MoE tensor-parallel size on ``tp`` GPUs with ``dp`` data-parallel ranks,
-    ``ep`` > 1 where its experts are split (``FusedMoEParallelConfig.make``, above)."""
-    return 1 if ep > 1 else tp * max(dp, 1)
+def vllm_moe_tp(tp: int, ep: int) -> int:
+    """vLLM's MoE tensor-parallel size on a replica of ``tp`` GPUs, ``ep`` > 1 where its
+    experts are split (``FusedMoEParallelConfig.make``, above): all the replica's GPUs,
+    its data-parallel ranks' included (``dp x`` each rank's ``--tensor-parallel-size``, the
+    replica's ``tp`` as ``layout_for`` is given it), or 1 under expert parallelism."""
+    return 1 if ep > 1 else tp
 
 
 # vLLM's MiniMax-M2 model file (MiniMax-M2 and M2.5) runs the MoE router in fp32: 0.16.0,
@@ -181,19 +195,19 @@ def vllm_kernel_layout(
     model: ModelSpec, build: str, tp: int, dp: int, ep: int, gpu: str
 ) -> KernelLayout:
     """vLLM ``build``'s kernel layout of ``model`` on ``gpu`` (above): its block-fp8 experts
-    padded per expert to DeepGEMM's M alignment on 0.12.0 on a GPU DeepGEMM supports under
-    a MoE tensor-parallel size below 8; 0.16.0's FlashInfer CUTLASS block-fp8 experts under
+    padded, every expert held, to DeepGEMM's M alignment on 0.12.0 on a GPU DeepGEMM
+    supports under a MoE tensor-parallel size below 8; 0.16.0's FlashInfer CUTLASS block-fp8 experts under
     MoE tensor parallelism on Hopper (their cost per expert held); under data-parallel
     attention its dense MLP layers and shared expert on each rank; 0.10.2's custom
     all-reduce limit and static fp8 activations; MiniMax-M2's fp32 router."""
     on_rank = dp > 1
     static = build in VLLM_STATIC_FP8_BUILDS
-    extra = vllm_flashinfer_cutlass_tp_s(model, build, vllm_moe_tp(tp, dp, ep), gpu)
+    extra = vllm_flashinfer_cutlass_tp_s(model, build, vllm_moe_tp(tp, ep), gpu)
     padded = (
         build in VLLM_DEEPGEMM_MOE_BUILDS
         and _block_fp8_experts(model)
         and gpu in DEEPGEMM_GPUS
-        and vllm_moe_tp(tp, dp, ep) < VLLM_DEEPGEMM_MOE_MAX_TP
+        and vllm_moe_tp(tp, ep) < VLLM_DEEPGEMM_MOE_MAX_TP
     )
     router = vllm_router_precision(model, build)
     stream = vllm_shared_expert_stream_tokens(model, build, dp)
@@ -203,6 +217,7 @@ def vllm_kernel_layout(
         shared_expert_stream_tokens=stream,
         router_precision=router,
         moe_rows_per_expert=DEEPGEMM_M_ALIGNMENT if padded else 0,
+        moe_pads_every_expert=padded,
         moe_layer_extra_s=extra,
         dense_ffn_on_rank=on_rank,
         custom_allreduce_size_limit=static,

@@ -17,6 +17,7 @@ from twin.validate.silicon.harness import model_named
 from twin.validate.silicon.inferencemax import inferencemax_deepseek, inferencemax_layout
 from twin.validate.silicon.inferencemax_trtllm import inferencemax_trtllm_script_layout
 from twin.validate.silicon.inferencemax_vllm import inferencemax_vllm_script_layout
+from twin.validate.silicon.vllm_data_parallel import vllm_data_parallel_layout
 
 CSV_IN_PACKAGE = ("systems", "silicon_sample.csv")
 CONFIGS_IN_PACKAGE = "model_configs"
@@ -226,7 +227,8 @@ def read_rows(path: str | Path | None = None) -> list[SiliconRow]:
             for i, raw in enumerate(reader, start=1):
                 row = inferencemax_layout(_parse(raw, p, i))
                 row = inferencemax_trtllm_script_layout(row)
-                rows.append(inferencemax_vllm_script_layout(row))
+                row = inferencemax_vllm_script_layout(row)
+                rows.append(vllm_data_parallel_layout(row))
     except FileNotFoundError:
         raise TwinError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as err:
