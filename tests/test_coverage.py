@@ -23,10 +23,12 @@ def test_rows_are_expressed_or_counted_under_their_reason() -> None:
     assert expressible(rows["cov7"]) == ("llama-3.1-70b", None)  # dense: MoE columns ignored
     assert expressible(rows["cov6"]) == ("llama-3.1-70b", REASON_PP)
     out = coverage(rows.values())
-    assert out["aggregated_rows"] == 8 and out["expressible"] == 4  # cov1, 2, 3, 7
+    # vLLM at tp 1 with MoE TP 2: two data-parallel ranks (silicon.vllm_data_parallel)
+    assert expressible(rows["cov5"]) == ("qwen3-235b-a22b", None)
+    assert rows["cov5"].attention_dp == 2
+    assert out["aggregated_rows"] == 8 and out["expressible"] == 5  # cov1, 2, 3, 5, 7
     assert out["not_expressible"] == {
         "--tp 72 = 72 does not divide the 128 attention heads of model 'deepseek-r1'": 1,
-        "moe_tp_size x moe_ep_size (2) is not tp_size x attention_dp_size (1)": 1,
         REASON_PP: 1,
         "no preset for nvidia/DeepSeek-V3.1-NVFP4": 1,
     }

@@ -196,8 +196,8 @@ def vllm_kernel_layout(
 ) -> KernelLayout:
     """vLLM ``build``'s kernel layout of ``model`` on ``gpu`` (above): its block-fp8 experts
     padded, every expert held, to DeepGEMM's M alignment on 0.12.0 on a GPU DeepGEMM
-    supports under a MoE tensor-parallel size below 8; 0.16.0's FlashInfer CUTLASS block-fp8 experts under
-    MoE tensor parallelism on Hopper (their cost per expert held); under data-parallel
+    supports under a MoE tensor-parallel size below 8; 0.16.0's FlashInfer CUTLASS block-fp8
+    experts under MoE tensor parallelism on Hopper (their cost per expert held); under data-parallel
     attention its dense MLP layers and shared expert on each rank; 0.10.2's custom
     all-reduce limit and static fp8 activations; MiniMax-M2's fp32 router."""
     on_rank = dp > 1
