@@ -52,27 +52,41 @@ def test_neither_on_a_gpu_deepgemm_skips_nor_for_other_experts() -> None:
         KernelLayout(moe_rows_per_expert=-1)
 
 
-def test_a_launch_computes_128_rows_of_every_expert_held() -> None:
+def test_a_launch_streams_128_rows_of_every_expert_held() -> None:
     h200 = load_profile("h200", "vllm")
     plain, padded = CostModel(QWEN3, h200, 2), CostModel(QWEN3, h200, 2, kernel_layout=PADDED)
     rows, active = 16 * 8.0, 60.0
-    assert plain._moe_padded_rows(rows, active) == rows
-    # vLLM 0.12.0 ``compute_aligned_M``: M x topk + 128 experts x 127, rounded up to 128.
-    assert padded._moe_padded_rows(rows, active) == 128 * 128  # 128 + 16,256
-    assert padded._moe_padded_rows(40_000.0, active) == 56_320  # a prefill's 40,000 + 16,256
+    assert plain._moe_padded_rows(rows, active) == (rows, 0.0)
+    # vLLM 0.12.0 ``compute_aligned_M``: 128 routed rows + 128 experts x 127, rounded up to
+    # 128, is 16,384 rows: 60 x 128 computed (the experts reached), the rest streamed.
+    assert padded._moe_padded_rows(rows, active) == (7_680, 16_384 - 7_680)
+    # A prefill's 40,000 rows computed; 40,000 + 16,256 rounded up to 56,320 streamed.
+    assert padded._moe_padded_rows(40_000.0, active) == (40_000, 16_320)
     # Only the experts a launch reaches (TensorRT-LLM 1.1's masked layout on B200).
     reached = CostModel(QWEN3, h200, 2, kernel_layout=KernelLayout(moe_rows_per_expert=128))
-    assert reached._moe_padded_rows(rows, active) == active * 128
-    assert reached._moe_padded_rows(40_000.0, active) == 40_000.0
-    # Under expert parallelism a rank holds 128 / 4 experts.
+    assert reached._moe_padded_rows(rows, active) == (active * 128, 0.0)
+    assert reached._moe_padded_rows(40_000.0, active) == (40_000.0, 0.0)
+    # Under expert parallelism a rank holds 128 / 4 experts: 128 + 4,064 -> 4,224 rows.
     ep4 = CostModel(QWEN3, h200, 4, ep=4, kernel_layout=PADDED)
-    assert ep4._moe_padded_rows(rows, active) == 4_224  # 128 + 4,064, rounded up
+    assert ep4._moe_padded_rows(rows, 20.0) == (2_560, 4_224 - 2_560)
     # A decode step pays for the padded rows, and hardly moves with the batch (the measured
     # 0.12.0 TPOT at tp 2: 51-59 ms at 4-20 clients, where the routed rows alone price
     # 24-50).
-    assert padded.decode([4000] * 16) > 1.3 * plain.decode([4000] * 16)
+    assert padded.decode([4000] * 16) > 1.2 * reached.decode([4000] * 16)
     grows = padded.decode([4000] * 16) / padded.decode([4000] * 4)
-    assert grows < 1.3 < plain.decode([4000] * 16) / plain.decode([4000] * 4)
+    assert grows < 1.4 < 2.0 < reached.decode([4000] * 16) / reached.decode([4000] * 4)
+
+
+def test_streamed_rows_move_bytes_not_flops() -> None:
+    from twin.costmodel.moe_features import moe_sums
+
+    args = (4096, 768, 2, 2, 1.0, 1.0)
+    flops, nbytes, weights = moe_sums(256.0, 2.0, *args)
+    f2, b2, w2 = moe_sums(256.0, 2.0, *args, streamed=256.0, tile_m=128)
+    assert (f2, w2) == (flops, weights)
+    # 256 rows in and out more, and two blocks' B tiles (one expert's weights each).
+    expert = 4096 * (2 * 768 + 768)
+    assert b2 - nbytes == 256 * (4096 + 768) + 2 * 256 * (2 * 768 + 4096) + 2 * expert
 
 
 def test_the_run_lays_out_the_profiles_gpu_and_ep() -> None:

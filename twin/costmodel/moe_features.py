@@ -26,17 +26,26 @@ def moe_sums(
     e: int,
     act_e: float,
     w_e: float,
+    streamed: float = 0.0,
+    tile_m: int = 1,
 ) -> tuple[float, float, float]:
     """(FLOPs, bytes, weight elements) of one rank's routed experts in one fused MoE
     launch: ``rows`` token x top-k rows routed to the rank, ``active`` of its experts hit,
     each expert ``d`` -> ``up_mats`` x ``width`` -> ``d`` (``width`` the expert's
     intermediate size over the MoE TP). Up and down projections as two grouped GEMMs:
     activations in at ``act_e`` bytes, the touched experts' weights at ``w_e``, outputs
-    out at ``e`` (``gemm_sums_at`` per projection, the weights only of the experts hit)."""
+    out at ``e`` (``gemm_sums_at`` per projection, the weights only of the experts hit).
+    ``streamed`` rows more, in blocks of ``tile_m``, go through the launch's loads and
+    stores without their MMAs (padding blocks DeepGEMM skips computing,
+    ``MoePricing._moe_padded_rows``): their activations in and outputs out, and for each
+    block one expert's weights (the B tiles its block loads across the output), no FLOPs."""
     wide = up_mats * width
     flops = 2.0 * rows * d * (wide + width)
     weights = active * d * (wide + width)
-    nbytes = act_e * rows * (d + width) + w_e * weights + float(e) * rows * (wide + d)
+    moved = rows + streamed
+    nbytes = act_e * moved * (d + width) + w_e * weights + float(e) * moved * (wide + d)
+    if streamed:
+        nbytes += w_e * (streamed / tile_m) * d * (wide + width)
     return flops, nbytes, weights
 
 

@@ -229,8 +229,9 @@ class MoePricing(ShardShapes):
         rows, active = load.rows, load.active
         if self._shared_fused:  # one more expert, every token's: its weights and t rows
             routed, rows, active = routed + t, rows + t, active + 1.0
+        computed, streamed = self._moe_padded_rows(rows, active)
         flops, nbytes, weights = moe_ft.moe_sums(
-            self._moe_padded_rows(rows, active),
+            computed,
             active,
             d,
             self._moe_width,
@@ -238,6 +239,8 @@ class MoePricing(ShardShapes):
             e,
             act_e,
             w_e,
+            streamed,
+            self.kernel_layout.moe_rows_per_expert or 1,
         )
         series = self._moe_series
         if self._moe_small is not None and t <= moef.MOE_MIN_LATENCY_MAX_TOKENS:
@@ -343,21 +346,24 @@ class MoePricing(ShardShapes):
         tokens (``KernelLayout.dense_ffn_on_rank``)."""
         return float(sum(self._shared_expert(tokens)))
 
-    def _moe_padded_rows(self, rows: float, active: float) -> float:
-        """The rows a fused-MoE launch computes: ``rows`` as routed, or, where the engine
-        runs its experts through DeepGEMM's contiguous layout
-        (``KernelLayout.moe_rows_per_expert``: ``twin.engine.kernel_layouts_vllm.
-        vllm_kernel_layout`` and ``kernel_layouts_trtllm`` decide the build, the GPU and the
-        experts' format), at least that many rows for each expert reached (each expert's
-        rows padded to the alignment; a lower bound where an expert has more rows than
-        that), or, where the launch is sized for the worst case
-        (``KernelLayout.moe_pads_every_expert``), the routed rows plus one alignment less a
-        row for every expert the rank holds, rounded up to the alignment."""
+    def _moe_padded_rows(self, rows: float, active: float) -> tuple[float, float]:
+        """(rows computed, rows streamed uncomputed) of a fused-MoE launch: ``rows`` as
+        routed and none, or, where the engine runs its experts through DeepGEMM's
+        contiguous layout (``KernelLayout.moe_rows_per_expert``: ``twin.engine.
+        kernel_layouts_vllm.vllm_kernel_layout`` and ``kernel_layouts_trtllm`` decide the
+        build, the GPU and the experts' format), at least that many rows computed for each
+        expert reached (each expert's rows padded to the alignment; a lower bound where an
+        expert has more rows than that). Where the launch is sized for the worst case
+        (``KernelLayout.moe_pads_every_expert``: the routed rows plus one alignment less a
+        row for every expert the rank holds, rounded up to the alignment), the blocks
+        beyond those are streamed: loaded and stored, their MMAs skipped."""
         layout = self.kernel_layout
         align = layout.moe_rows_per_expert
         if not align:
-            return rows
-        if layout.moe_pads_every_expert:
-            held = self.model.moe_n_experts / self._moe_ep + (1.0 if self._shared_fused else 0.0)
-            return float(math.ceil((rows + held * (align - 1)) / align) * align)
-        return max(rows, active * align)
+            return rows, 0.0
+        computed = max(rows, active * align)
+        if not layout.moe_pads_every_expert:
+            return computed, 0.0
+        held = self.model.moe_n_experts / self._moe_ep + (1.0 if self._shared_fused else 0.0)
+        worst = math.ceil((rows + held * (align - 1)) / align) * align
+        return computed, max(worst - computed, 0.0)

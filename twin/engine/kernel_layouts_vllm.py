@@ -68,13 +68,15 @@ def vllm_shared_expert_stream_tokens(model: ModelSpec, build: str, dp: int) -> i
 # 38f8ef7, 2025-11-21, ``impls/sm90_fp8_gemm_1d2d.cuh``): its TMA warp loads each block's
 # A, A-scale and B tiles (a padding block's rows carry expert -1, read as expert 0's
 # weights: ``common/scheduler.cuh`` ``get_global_idx``, ``max(0, grouped_layout[...])``),
-# and only the math warps skip a padding block's WGMMAs (``is_computation_valid``), so the
-# pipeline still streams it. The twin prices the launch as ``M_sum`` rows
-# (``KernelLayout.moe_pads_every_expert``): a decode step pays for 128 rows of every expert
-# on the GPU, whatever its few tokens reach, so the step's time hardly moves with the batch
-# (the measured 0.12.0 H200 Qwen3-235B-A22B-FP8 TPOT: 51-59 ms on 2 MoE GPUs at 4-20
-# clients). 0.16.0 puts FlashInfer CUTLASS before DeepGEMM on Hopper (below), so only 0.12.0
-# is read as this rule (priced by ``MoePricing._moe_padded_rows``).
+# and only the math warps skip a padding block's WGMMAs (``is_computation_valid``; they
+# still wait for each stage's loads), and the epilogue still stores it. The twin prices the
+# launch (``KernelLayout.moe_pads_every_expert``, ``MoePricing._moe_padded_rows``) as 128
+# rows computed for each expert reached and the rest of ``M_sum`` streamed: each skipped
+# block's rows in and out and one expert's weights (its B tiles across the output), no
+# FLOPs. So a decode step pays for every expert on the GPU whatever its few tokens reach,
+# and its time hardly moves with the batch (the measured 0.12.0 H200 Qwen3-235B-A22B-FP8
+# TPOT: 51-59 ms on 2 MoE GPUs at 4-20 clients). 0.16.0 puts FlashInfer CUTLASS before
+# DeepGEMM on Hopper (below), so only 0.12.0 is read as this rule.
 VLLM_DEEPGEMM_MOE_BUILDS = frozenset({"0.12.0"})
 VLLM_DEEPGEMM_MOE_MAX_TP = 8  # ``get_fp8_moe_backend``: DeepGEMM off from this MoE TP
 DEEPGEMM_GPUS = HOPPER | SM100_EXACT
