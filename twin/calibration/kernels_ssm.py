@@ -50,7 +50,7 @@ class _Mamba2Kernel(Kernel):
         the profile's ``implementations``)."""
         fn, note = import_mamba_triton(*triton) if ctx.device == "cuda" else (None, "no GPU")
         is_reference = fn is None
-        if is_reference:
+        if fn is None:
             from twin.torch_ops import ssd
 
             fn, note = getattr(ssd, reference[0]), f"{reference[1]}: {note}"
