@@ -493,15 +493,13 @@ def turn_count(rng: np.random.Generator, lo: int, mean: float, hi: int) -> int:
 
 
 def zipf_weights(n: int, s: float) -> np.ndarray:
-    """The Zipf-like popularity of ``n`` items, normalised: item k (from 1) has weight
-    proportional to k^-s (Breslau et al., INFOCOM 1999)."""
+    """The popularity of ``n`` items, normalised: item k (from 1) weighs k^-s (Zipf-like)."""
     weights = np.arange(1, n + 1, dtype=np.float64) ** -s
     return weights / weights.sum()
 
 
 def clip_turn(n_in: int, n_out: int, room: int) -> tuple[int, int]:
-    """A first turn's input and then output lengths clipped to fit ``room`` tokens (the
-    context left after its shared prefix, >= 2): every session gets a request."""
+    """A first turn's input, then output, clipped to ``room >= 2`` tokens (it always fits)."""
     n_in = min(n_in, room - 1)
     return n_in, min(n_out, room - n_in)
 

@@ -214,11 +214,9 @@ class SWEBenchGenerator(WorkloadGenerator):
         n_steps = turn_count(rng, p.min_steps, p.mean_steps, p.max_steps)
 
         # Turn 0: system + task -> first action, clipped to fit.
-        n_task, n_act = clip_turn(
-            lognormal_int(rng, p.task_mean_tokens, p.task_sigma, 1, p.task_max_tokens),
-            lognormal_int(rng, p.action_mean_tokens, p.action_sigma, 1, p.action_max_tokens),
-            max_context - len(system),
-        )
+        n_task = lognormal_int(rng, p.task_mean_tokens, p.task_sigma, 1, p.task_max_tokens)
+        n_act = lognormal_int(rng, p.action_mean_tokens, p.action_sigma, 1, p.action_max_tokens)
+        n_task, n_act = clip_turn(n_task, n_act, max_context - len(system))
         task = token_ids(rng, n_task, p.vocab_size)
         action = token_ids(rng, n_act, p.vocab_size)
         yield Turn(0.0, np.concatenate((system, task)), False, action)

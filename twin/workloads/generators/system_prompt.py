@@ -176,10 +176,8 @@ class SystemPromptGenerator(WorkloadGenerator):
         if p.n_fewshot:
             parts.append(shared.fewshot[i][int(rng.integers(p.n_fewshot))])
         prefix = sum(len(x) for x in parts)
-        n_q, n_out = clip_turn(
-            lognormal_int(rng, p.question_mean_tokens, p.question_sigma, 1, p.question_max_tokens),
-            lognormal_int(rng, p.output_mean_tokens, p.output_sigma, 1, p.output_max_tokens),
-            max_context - prefix,
-        )
+        n_q = lognormal_int(rng, p.question_mean_tokens, p.question_sigma, 1, p.question_max_tokens)
+        n_out = lognormal_int(rng, p.output_mean_tokens, p.output_sigma, 1, p.output_max_tokens)
+        n_q, n_out = clip_turn(n_q, n_out, max_context - prefix)
         parts.append(token_ids(rng, n_q, p.vocab_size))
         yield Turn(0.0, np.concatenate(parts), False, token_ids(rng, n_out, p.vocab_size))

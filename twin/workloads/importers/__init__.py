@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from twin.errors import TwinError
+from twin.errors import lookup
 from twin.exports import Registry, lazy_exports
 
 if TYPE_CHECKING:
@@ -30,12 +30,7 @@ IMPORTERS: Registry[type[Importer]] = Registry(
 
 def get_importer(fmt: str) -> type[Importer]:
     """The importer class registered as ``fmt``; a ``TwinError`` listing the valid ones if none."""
-    try:
-        return IMPORTERS[fmt]
-    except KeyError:
-        raise TwinError(
-            f"unknown trace format {fmt!r}; valid formats: {', '.join(sorted(IMPORTERS))}"
-        ) from None
+    return lookup(IMPORTERS, fmt, "trace format", "valid formats")
 
 
 __all__ = ["IMPORTERS", "Importer", "MarconiImporter", "MooncakeImporter", "get_importer"]
