@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 if not TYPE_CHECKING:
     __getattr__ = lazy_exports(__name__)  # the names above on first use
 
-# Each format by its ``name``, imported when looked up (a help lists the formats without numpy).
+# Each format by its ``name`` (alphabetical: the order a help and an error list them), imported
+# when looked up (a help lists the formats without numpy).
 IMPORTERS: Registry[type[Importer]] = Registry(
     {
-        "mooncake": "twin.workloads.importers.mooncake:MooncakeImporter",
         "marconi": "twin.workloads.importers.marconi:MarconiImporter",
+        "mooncake": "twin.workloads.importers.mooncake:MooncakeImporter",
     }
 )
 
