@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -22,6 +22,13 @@ def lookup(table: Mapping[str, T], name: str, what: str, listed: str = "valid") 
     if name not in table:
         raise TwinError(f"unknown {what} {name!r}; {listed}: {', '.join(table)}")
     return table[name]
+
+
+def expect_one_of(value: str, choices: Collection[str], what: str) -> None:
+    """A ``TwinError`` unless ``value`` is one of ``choices``: one line naming ``what`` (the
+    flag or setting) and the choices in their order."""
+    if value not in choices:
+        raise TwinError(f"{what} {value!r}: expected one of {', '.join(choices)}")
 
 
 def where(path: object, row: int | None = None, column: str | None = None) -> str:
