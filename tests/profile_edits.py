@@ -1,5 +1,4 @@
-"""A shipped profile with one kernel fit's coefficients (or provenance) changed, and the
-fused-MoE seconds of a decode step on it: how the pricing tests switch a term on or off."""
+"""A profile with one fit's coefficients (or provenance) changed; a decode step's MoE seconds."""
 
 from __future__ import annotations
 
@@ -13,10 +12,7 @@ from twin.model import ModelSpec
 
 
 def with_fit(
-    profile: Profile,
-    kernel: str,
-    provenance: Mapping[str, Any] | None = None,
-    **params: float,
+    profile: Profile, kernel: str, provenance: Mapping[str, Any] | None = None, **params: float
 ) -> Profile:
     """``profile`` with its ``kernel`` fit's coefficients ``params`` set (the others kept),
     and its provenance entries ``provenance`` where given."""

@@ -1,5 +1,4 @@
-"""Fitting a kernel family on timings its own model prices at known coefficients (no
-noise): the fit must find the truth's shape (``fit_params``, ``predict_rows``)."""
+"""A kernel family fitted on timings its own model prices at known coefficients."""
 
 from __future__ import annotations
 

@@ -229,9 +229,8 @@ PREFILL_SOURCES: dict[str, frozenset[str]] = {"sglang": frozenset({TRTLLM_MLA_SO
 def _phase_tables(
     system: Path, engine: str, release: str | None, template: str
 ) -> Iterator[tuple[str, Path, list[dict[str, Any]]]]:
-    """Per phase with a table: the phase, the table (``template`` with ``context`` for the
-    prefill, ``generation`` for the decode, from ``mla/<engine>`` at ``release``) and its
-    rows timed with a 16-bit MLA (``mla_dtype`` bfloat16 or float16)."""
+    """Per phase with a table (``template`` of ``context`` / ``generation``, ``mla/<engine>``
+    at ``release``): the phase, the table and its rows of a 16-bit MLA (``_MLA_16BIT``)."""
     for phase, name in (("prefill", "context"), ("decode", "generation")):
         table_name = template.format(name)
         version = release_version(system / "mla" / engine, table_name, release)

@@ -43,11 +43,9 @@ class _Mamba2Kernel(Kernel):
     def implementation(
         self, ctx: SweepContext, triton: tuple[str, str], reference: tuple[str, str]
     ) -> tuple[Callable[..., Any], bool]:
-        """On a GPU, mamba_ssm's Triton kernel ``triton`` (its module in the package, its
-        name); else, or where it does not load, the PyTorch reference ``reference`` (its
-        name in ``twin.torch_ops.ssd``, its label), which takes the Triton kernel's
-        arguments, and True. Which one ran, and why, is the kernel's note (``ctx.notes``:
-        the profile's ``implementations``)."""
+        """mamba_ssm's Triton kernel ``triton`` (module, name) on a GPU; else the PyTorch
+        reference ``reference`` (name in ``twin.torch_ops.ssd``, label; the Triton kernel's
+        arguments) and True. Which, and why: ``ctx.notes`` (``implementations``)."""
         fn, note = import_mamba_triton(*triton) if ctx.device == "cuda" else (None, "no GPU")
         is_reference = fn is None
         if fn is None:

@@ -73,9 +73,8 @@ def _missing(
     path: Path,
     progress: Progress,
 ) -> tuple[list[T], Callable[[T, dict[str, Any]], None]]:
-    """The distinct ``items`` whose ``key`` ``results`` lacks (the others are counted done to
-    ``progress`` at once), and the callback that keeps an item's result in ``results`` and
-    rewrites ``path`` with them atomically (a rerun computes only what is missing)."""
+    """The distinct ``items`` whose ``key`` ``results`` lacks (the rest counted done), and the
+    callback keeping an item's result in ``results`` and ``path`` (rewritten atomically)."""
     unique = list(dict.fromkeys(items))
     todo = [x for x in unique if key(x) not in results]
     progress(len(unique) - len(todo))
