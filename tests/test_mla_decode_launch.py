@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from aic_refit import assert_heldout, refit_family
+from profile_edits import with_fit
 from test_mla_pricing import DSV3, dims
 
 from twin import precision as px
@@ -248,8 +249,7 @@ def test_the_decode_kernel_prices_its_launch() -> None:
     assert cm.mla_modes[1] == "kernels" and fit.params["c_kv_repeat"] > 0
     kv_e = cm.priced.mla_kv_elem_bytes[1]
     parts = dict((k, v) for _, k, v in cm._mla_decode(32, 32 * 4097))
-    broken = dataclasses.replace(fit, params={**fit.params, "c_kv_repeat": 0.0})
-    prof0 = dataclasses.replace(prof, kernels={**prof.kernels, key: broken})
+    prof0 = with_fit(prof, key, c_kv_repeat=0.0)
     cm0 = CostModel(DSV3, prof0, tp=4, ep=4)
     parts0 = dict((k, v) for _, k, v in cm0._mla_decode(32, 32 * 4097))
     repeat = mdk.mla_decode_launch("trtllm_gen", 32, 32 * 4097, 1, dims(32), kv_e, 148)[2]
@@ -269,15 +269,12 @@ def test_the_decode_module_prices_its_attention_launch() -> None:
     key = CostModel(DSV3, shipped, tp=4, ep=4).priced.keys["mla_module_decode"]
     fit = shipped.kernels[key]
     assert fit.provenance["kernel_source"] == "default"
-    fit = dataclasses.replace(fit, params={**fit.params, "c_kv_repeat": 8e-14})
-    prof = dataclasses.replace(shipped, kernels={**shipped.kernels, key: fit})
+    prof = with_fit(shipped, key, c_kv_repeat=8e-14)
+    fit = prof.kernels[key]
     cm = CostModel(DSV3, prof, tp=4, ep=4)
     assert cm.mla_modes == ("module", "module")
     parts = dict((k, v) for _, k, v in cm._mla_decode(32, 32 * 4097))
-    broken = dataclasses.replace(fit, params={**fit.params, "c_kv_repeat": 0.0})
-    cm0 = CostModel(
-        DSV3, dataclasses.replace(prof, kernels={**prof.kernels, key: broken}), tp=4, ep=4
-    )
+    cm0 = CostModel(DSV3, with_fit(prof, key, c_kv_repeat=0.0), tp=4, ep=4)
     parts0 = dict((k, v) for _, k, v in cm0._mla_decode(32, 32 * 4097))
     stream = cm.priced.mla_kv_elem_bytes[1] * cm.priced.mla_module_kv_share
     repeat = mdk.mla_decode_launch("trtllm_gen", 32, 32 * 4097, 1, dims(32), stream, 148)[2]

@@ -4,9 +4,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from profile_edits import with_fit
 
 from twin.calibration import aic_mla
 from twin.costmodel import CostModel
@@ -89,8 +88,7 @@ def test_the_prefill_module_prices_its_attention_waves() -> None:
     assert fit.model == fm.get_formula(key).model_name and fit.params["c_waves"] > 0
     f = aggregate_step([(4096, 0)], [], DSV3.mixer_counts, 0, 1, 64)
     kernel, seconds = cm._mla_prefill(f)
-    broken = dataclasses.replace(fit, params={**fit.params, "c_waves": 0.0})
-    prof0 = dataclasses.replace(prof, kernels={**prof.kernels, key: broken})
+    prof0 = with_fit(prof, key, c_waves=0.0)
     waves = mf.mla_prefill_waves(4096, 1, 16, get_gpu("h200").sm_count or 0)
     assert waves == 4 and kernel == "mla_module"  # 16 heads x 32 tiles = 512 CTAs, 132 SMs
     priced = CostModel(DSV3, prof0, tp=8, ep=8)._mla_prefill(f)[1]

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from aic_refit import assert_heldout, refit_family
+from profile_edits import with_fit
 from test_bad_input import assert_clean_error
 
 from twin import precision as px
@@ -483,8 +484,7 @@ def test_the_prefill_kernel_prices_its_waves() -> None:
     assert fit.model == fm.get_formula(key).model_name and fit.params["c_waves"] > 0
     f = aggregate_step([(4096, 0)], [], DSV3.mixer_counts, 0, 1, 64)
     kernel, seconds = cm._mla_prefill(f)
-    broken = dataclasses.replace(fit, params={**fit.params, "c_waves": 0.0})
-    prof0 = dataclasses.replace(prof, kernels={**prof.kernels, key: broken})
+    prof0 = with_fit(prof, key, c_waves=0.0)
     waves = mf.mla_prefill_waves(4096, 1, 16, 148)  # 16 heads x 32 tiles = 512 CTAs
     assert waves == 4 and kernel == "mla_prefill"
     priced = CostModel(DSV3, prof0, tp=8, ep=8)._mla_prefill(f)[1]

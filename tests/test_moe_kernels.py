@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from profile_edits import moe_decode_s, with_fit
 
 from twin.calibration.aic_import import fit_family
 from twin.calibration.aic_moe import moe_row, moe_rows
@@ -365,12 +366,7 @@ def test_a_serving_step_reads_its_experts_from_hbm_whatever_the_l2_term() -> Non
     prof = resolve_profile("h100", None, "vllm")
 
     def step_s(c_l2: float) -> float:
-        fit = dataclasses.replace(
-            prof.kernels["moe"], params={**prof.kernels["moe"].params, "c_l2_bytes": c_l2}
-        )
-        p = dataclasses.replace(prof, kernels={**prof.kernels, "moe": fit})
-        step = CostModel(_qwen_moe(), p, 4).decode([1000] * 4, breakdown=True)
-        return float(step.by_kernel["moe"])  # type: ignore[union-attr]
+        return moe_decode_s(_qwen_moe(), with_fit(prof, "moe", c_l2_bytes=c_l2), 4, 4)
 
     assert step_s(0.0) > 0
     assert step_s(1.0) == step_s(0.0)
@@ -419,12 +415,8 @@ def test_a_serving_step_prices_sglangs_large_m_config_above_the_local_experts() 
     assert prof.kernels["moe"].provenance["kernel_source"] == moe_ft.SGLANG_TRITON_SOURCE
 
     def step_s(c: float, batch: int, model: Any = None, ep: int = 8) -> float:
-        fit = prof.kernels["moe"]
-        fit = dataclasses.replace(fit, params={**fit.params, "c_large_m_weights": c})
-        p = dataclasses.replace(prof, kernels={**prof.kernels, "moe": fit})
-        model = model or _qwen_moe()
-        step = CostModel(model, p, 8, ep=ep).decode([1000] * batch, breakdown=True)
-        return float(step.by_kernel["moe"])  # type: ignore[union-attr]
+        p = with_fit(prof, "moe", c_large_m_weights=c)
+        return moe_decode_s(model or _qwen_moe(), p, 8, batch, ep)
 
     # qwen3-235b-a22b: 128 experts over EP 8, 16 a rank
     assert step_s(1e-12, 16) == step_s(0.0, 16)
@@ -663,15 +655,8 @@ def test_a_serving_step_prices_vllms_marlin_padding_at_the_fitted_rate() -> None
     kimi = override_model(get_model("kimi-k2.5"), ["moe_precision=int4"])
 
     def step_s(c: float, batch: int, source: str = VLLM_MARLIN) -> float:
-        fit = prof.kernels["moe_int4_wo"]
-        fit = dataclasses.replace(
-            fit,
-            params={**fit.params, "c_pad_flops": c},
-            provenance={**fit.provenance, "kernel_source": source},
-        )
-        p = dataclasses.replace(prof, kernels={**prof.kernels, "moe_int4_wo": fit})
-        step = CostModel(kimi, p, 8).decode([1000] * batch, breakdown=True)
-        return float(step.by_kernel["moe"])  # type: ignore[union-attr]
+        p = with_fit(prof, "moe_int4_wo", {"kernel_source": source}, c_pad_flops=c)
+        return moe_decode_s(kimi, p, 8, batch)
 
     assert step_s(1e-13, 64) > step_s(0.0, 64)
     # another kernel's fit: the term reads 0 whatever its coefficient

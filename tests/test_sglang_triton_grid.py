@@ -4,10 +4,10 @@ collector's EP rows time rank 0's workload (``collector_routing.sglang_rank0_row
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
+from profile_edits import moe_decode_s, with_fit
 
 from twin.calibration.aic_moe import moe_row
 from twin.calibration.collector_routing import (
@@ -16,7 +16,6 @@ from twin.calibration.collector_routing import (
     sglang_clamped_rows,
     sglang_rank0_row,
 )
-from twin.costmodel import CostModel
 from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.moe_features import reads_sglang_grid
 from twin.costmodel.profile_store import resolve_profile
@@ -118,13 +117,9 @@ def test_the_sglang_collectors_masked_slots_run_as_rows_of_expert_0() -> None:
 
 
 def _step(prof: Any, c: float, batch: int) -> float:
-    fit = prof.kernels["moe"]
-    fit = dataclasses.replace(fit, params={**fit.params, "c_grid_flops": c})
-    p = dataclasses.replace(prof, kernels={**prof.kernels, "moe": fit})
-    step = CostModel(get_model("qwen3-235b-a22b"), p, 8, ep=8).decode(
-        [1000] * batch, breakdown=True
+    return moe_decode_s(
+        get_model("qwen3-235b-a22b"), with_fit(prof, "moe", c_grid_flops=c), 8, batch, 8
     )
-    return float(step.by_kernel["moe"])  # type: ignore[union-attr]
 
 
 def test_a_serving_step_prices_sglangs_grid_at_the_fitted_rate() -> None:

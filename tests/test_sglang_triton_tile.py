@@ -5,12 +5,10 @@ by the ``moe_perf`` reader at the collector's ``E`` and by a serving step at the
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from profile_edits import moe_decode_s, with_fit
 
 from twin.calibration.aic_moe import moe_row
-from twin.costmodel import CostModel
 from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.profile_store import resolve_profile
 from twin.costmodel.routing import routing_for
@@ -96,15 +94,8 @@ def test_a_served_deepseek_step_pads_to_the_e257_files_16_row_tile(
     monkeypatch.setattr(moe_ft, "moe_tile_extras", spy)
 
     def moe_s(c_pad: float, device: str = H200, tokens: int = 32) -> float:
-        fit = prof.kernels["moe_fp8_block"]
-        fit = dataclasses.replace(
-            fit,
-            params={**fit.params, "c_pad_flops": c_pad},
-            provenance={**fit.provenance, "device": device},
-        )
-        p = dataclasses.replace(prof, kernels={**prof.kernels, "moe_fp8_block": fit})
-        step = CostModel(model, p, 8).decode([1000] * tokens, breakdown=True)
-        return float(step.by_kernel["moe"])  # type: ignore[union-attr]
+        p = with_fit(prof, "moe_fp8_block", {"device": device}, c_pad_flops=c_pad)
+        return moe_decode_s(model, p, 8, tokens)
 
     assert moe_s(1e-15) > moe_s(0.0)
     # the rank's rows and experts as the step routes them, plus the fused shared expert

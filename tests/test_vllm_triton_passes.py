@@ -5,13 +5,11 @@ fused-MoE extra ``routed_passes``; issue 34, helper ``moe36``, session 36)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from profile_edits import moe_decode_s, with_fit
 
 from twin.calibration.aic_moe import moe_row
 from twin.calibration.collector_routing import collector_rank0_load
-from twin.costmodel import CostModel
 from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.profile_store import resolve_profile
 from twin.precision import WEIGHT_FORMATS
@@ -64,15 +62,8 @@ def test_a_serving_step_prices_the_triton_passes_at_the_fitted_rate() -> None:
     model = get_model("qwen3-235b-a22b")
 
     def step_s(c: float, source: str = TRITON, ep: int = 1) -> float:
-        fit = prof.kernels["moe"]
-        fit = dataclasses.replace(
-            fit,
-            params={**fit.params, "c_routed_passes": c},
-            provenance={**fit.provenance, "kernel_source": source},
-        )
-        p = dataclasses.replace(prof, kernels={**prof.kernels, "moe": fit})
-        step = CostModel(model, p, 8, ep=ep).decode([1000] * 64, breakdown=True)
-        return float(step.by_kernel["moe"])  # type: ignore[union-attr]
+        p = with_fit(prof, "moe", {"kernel_source": source}, c_routed_passes=c)
+        return moe_decode_s(model, p, 8, 64, ep)
 
     assert step_s(1e-12) > step_s(0.0)
     # under EP every rank holds every token: the remote rows' zeros on top

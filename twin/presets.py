@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from twin.errors import TwinError
+from twin.errors import TwinError, lookup
 from twin.mixers import UNPRICED_KINDS
 from twin.model import ModelSpec
 from twin.precision import is_default
@@ -36,10 +36,7 @@ PRICED_PRESETS: list[str] = [
 
 def get_model(name: str) -> ModelSpec:
     """The preset called ``name``; a ``TwinError`` listing the valid names otherwise."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise TwinError(f"unknown model {name!r}; valid names: {', '.join(PRESETS)}") from None
+    return lookup(PRESETS, name, "model", "valid names")
 
 
 def resolve_model(name: str, overrides: Sequence[str] = ()) -> ModelSpec:

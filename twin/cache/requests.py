@@ -30,7 +30,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from twin.cache.base import CacheStructure, H, HeldCache, Hit
-from twin.errors import TwinError
+from twin.errors import expect_one_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -130,10 +130,7 @@ class HostWrites(Generic[C]):
         host: HostCache | None = None,
         write_policy: str = "write_through",
     ) -> None:
-        if write_policy not in WRITE_POLICIES:
-            raise TwinError(
-                f"host write policy {write_policy!r}: expected one of {', '.join(WRITE_POLICIES)}"
-            )
+        expect_one_of(write_policy, WRITE_POLICIES, "host write policy")
         self.cache = cache
         self.split = cache.has_ssm  # its model has SSM layers
         # A host-memory tier: filled by ``write_policy`` (module constant

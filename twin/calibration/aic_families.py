@@ -61,7 +61,7 @@ from twin.calibration.aic_tables import (
     table_versions,
 )
 from twin.costmodel import moe_families as moef
-from twin.errors import TwinError
+from twin.errors import expect_one_of
 
 
 def read_families(
@@ -71,8 +71,7 @@ def read_families(
     table of engine release ``release`` (``twin.costmodel.table_release``; None: the
     newest). The Mamba2 conv1d rows are TensorRT-LLM's only, a kernel every engine shares:
     their newest table stands for every engine and release."""
-    if engine not in ENGINES:
-        raise TwinError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    expect_one_of(engine, ENGINES, "--engine")
     system = system_dir(gpu, root)
     found = [
         gemm_rows(system, engine, release=release),

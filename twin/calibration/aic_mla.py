@@ -39,6 +39,7 @@ price (:func:`wideep_version`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,8 @@ from twin.hardware import get_gpu
 # ``QK_ROPE_HEAD_DIM = 64`` in ``collect_mla.py``) and build the module from that config.
 DSV3 = {"d_model": 7168, "q_lora": 1536, "kv_lora": 512, "nope": 128, "rope": 64, "v": 128}
 KV_DTYPES = {"bfloat16": "bfloat16", "float16": "bfloat16", "fp8": "fp8"}
+# The attention widths of the rows read (``mla_dtype``; module docstring).
+_MLA_16BIT = ("bfloat16", "float16")
 # Module GEMM modes -> the weight format whose operand bytes they move.
 MODULE_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8-block", "nvfp4": "nvfp4"}
 BMM_FORMATS = {"bfloat16": "bf16", "fp8": "fp8"}
@@ -223,6 +226,20 @@ _KERNEL_COLUMNS = ("batch_size", "isl", "num_heads", "step")
 PREFILL_SOURCES: dict[str, frozenset[str]] = {"sglang": frozenset({TRTLLM_MLA_SOURCE})}
 
 
+def _phase_tables(
+    system: Path, engine: str, release: str | None, template: str
+) -> Iterator[tuple[str, Path, list[dict[str, Any]]]]:
+    """Per phase with a table (``template`` of ``context`` / ``generation``, ``mla/<engine>``
+    at ``release``): the phase, the table and its rows of a 16-bit MLA (``_MLA_16BIT``)."""
+    for phase, name in (("prefill", "context"), ("decode", "generation")):
+        table_name = template.format(name)
+        version = release_version(system / "mla" / engine, table_name, release)
+        if version is None:
+            continue
+        table = version / table_name
+        yield phase, table, [r for r in _read(table) if r.get("mla_dtype") in _MLA_16BIT]
+
+
 def kernel_rows(
     system: Path, engine: str, release: str | None = None, replay_l2: bool = True
 ) -> list[FamilyRows]:
@@ -233,13 +250,7 @@ def kernel_rows(
     families = []
     sms = 0
     l2 = system_l2(system) if replay_l2 else None
-    for phase, name in (("prefill", "context"), ("decode", "generation")):
-        table_name = f"{name}_mla_perf.parquet"
-        version = release_version(system / "mla" / engine, table_name, release)
-        if version is None:
-            continue
-        table = version / table_name
-        raw = [r for r in _read(table) if r.get("mla_dtype") in ("bfloat16", "float16")]
+    for phase, table, raw in _phase_tables(system, engine, release, "{}_mla_perf.parquet"):
         sources = PREFILL_SOURCES.get(engine) if phase == "prefill" else None
         if sources is not None:
             raw = [r for r in raw if r.get("kernel_source") in sources]
@@ -308,17 +319,11 @@ def module_rows(
     gpu = _gpu(system)
     if not replay_l2:
         gpu = (*gpu[:2], None)
-    for phase, name in (("prefill", "context"), ("decode", "generation")):
-        table_name = f"mla_{name}_module_perf.parquet"
-        version = release_version(system / "mla" / engine, table_name, release)
-        if version is None:
-            continue
-        table = version / table_name
+    for phase, table, rows in _phase_tables(system, engine, release, "mla_{}_module_perf.parquet"):
         raw = [
             r
-            for r in _read(table)
-            if r.get("mla_dtype") in ("bfloat16", "float16")
-            and str(r.get("model", "deepseek-ai/DeepSeek-V3")) == "deepseek-ai/DeepSeek-V3"
+            for r in rows
+            if str(r.get("model", "deepseek-ai/DeepSeek-V3")) == "deepseek-ai/DeepSeek-V3"
             and (phase != "prefill" or prefill_form(engine, r))
         ]
         for gemm, fmt_name in MODULE_FORMATS.items():

@@ -11,7 +11,7 @@ from importlib import metadata
 from typing import Any
 
 from twin.costmodel.profile_store import measured_profiles
-from twin.errors import TwinError
+from twin.errors import TwinError, expect_one_of
 from twin.hardware import GPUS, get_gpu, identify_gpu
 from twin.torch_ops.host import cpu_name
 
@@ -87,8 +87,7 @@ def refusal(requested: str, found: DeviceInfo) -> str | None:
 def check_requested(requested: str, torch: Any) -> DeviceInfo:
     """The device to time for ``--gpu requested``, or a ``TwinError`` refusing."""
     requested = requested.lower()
-    if requested not in CHOICES:
-        raise TwinError(f"--gpu {requested!r}: expected one of {', '.join(CHOICES)}")
+    expect_one_of(requested, CHOICES, "--gpu")
     found = detect_device(torch)
     if requested == "cpu":
         return DeviceInfo("cpu", cpu_name(), "cpu")

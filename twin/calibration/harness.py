@@ -19,7 +19,7 @@ from twin.calibration.sweep import measure_ceilings, run_sweep, sweep_size, writ
 from twin.calibration.transfer import transfer_profile
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile, profile_path
-from twin.errors import TwinError
+from twin.errors import TwinError, expect_one_of
 from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S, get_gpu
 from twin.model import ModelSpec
 from twin.presets import resolve_model
@@ -69,8 +69,7 @@ def calibrate(
     only the shapes ``model`` runs (Vidur's per-model operator profiles), for a
     profile that prices that model best and others not at all.
     """
-    if level not in LEVELS:
-        raise TwinError(f"--level {level!r}: expected one of {', '.join(LEVELS)}")
+    expect_one_of(level, LEVELS, "--level")
     if kernels and out is None:
         raise TwinError(
             "--kernels makes a partial profile, which the cost model cannot use: "

@@ -34,7 +34,29 @@ def _ssm_inputs(ctx: SweepContext, shape: Shape, gen: Any, tokens: tuple[int, ..
     }
 
 
-class SsmScan(Kernel):
+class _Mamba2Kernel(Kernel):
+    """A Mamba2 kernel: its heads split evenly among its B/C groups."""
+
+    def valid(self, shape: Shape, ctx: SweepContext) -> bool:
+        return shape["h"] % shape["g"] == 0 and super().valid(shape, ctx)
+
+    def implementation(
+        self, ctx: SweepContext, triton: tuple[str, str], reference: tuple[str, str]
+    ) -> tuple[Callable[..., Any], bool]:
+        """mamba_ssm's Triton kernel ``triton`` (module, name) on a GPU; else the PyTorch
+        reference ``reference`` (name in ``twin.torch_ops.ssd``, label; the Triton kernel's
+        arguments) and True. Which, and why: ``ctx.notes`` (``implementations``)."""
+        fn, note = import_mamba_triton(*triton) if ctx.device == "cuda" else (None, "no GPU")
+        is_reference = fn is None
+        if fn is None:
+            from twin.torch_ops import ssd
+
+            fn, note = getattr(ssd, reference[0]), f"{reference[1]}: {note}"
+        ctx.notes[self.name] = note
+        return fn, is_reference
+
+
+class SsmScan(_Mamba2Kernel):
     """``mamba_chunk_scan_combined`` (GPU) or the PyTorch SSD reference, over one batch."""
 
     name = "ssm_scan"
@@ -67,9 +89,6 @@ class SsmScan(Kernel):
             "q": [128, 256],
         },
     }
-
-    def valid(self, shape: Shape, ctx: SweepContext) -> bool:
-        return shape["h"] % shape["g"] == 0 and super().valid(shape, ctx)
 
     def model_grid(self, ctx: SweepContext) -> list[Shape]:
         m = ctx.model
@@ -108,17 +127,11 @@ class SsmScan(Kernel):
         b, length, q = shape["b"], shape["l"], shape["q"]
         gen = ctx.generator(b * 131 + length * 17 + shape["h"] * 5 + shape["n"] + q)
         sets = ctx.rotating(_ssm_inputs(ctx, shape, gen, (b, length)), nbuf)
-        fn, note = (
-            import_mamba_triton("ops.triton.ssd_combined", "mamba_chunk_scan_combined")
-            if ctx.device == "cuda"
-            else (None, "no GPU")
+        scan, _ = self.implementation(
+            ctx,
+            ("ops.triton.ssd_combined", "mamba_chunk_scan_combined"),
+            ("ssd_chunked", "PyTorch SSD reference (twin.torch_ops.ssd)"),
         )
-        if fn is None:
-            from twin.torch_ops.ssd import ssd_chunked
-
-            fn, note = ssd_chunked, f"PyTorch SSD reference (twin.torch_ops.ssd): {note}"
-        ctx.notes["ssm_scan"] = note
-        scan: Callable[..., Any] = fn  # the reference takes the Triton kernel's arguments
 
         def run(i: int) -> Any:
             s = sets[i % nbuf]
@@ -128,7 +141,7 @@ class SsmScan(Kernel):
         return run
 
 
-class SsmStep(Kernel):
+class SsmStep(_Mamba2Kernel):
     """One decode token per sequence: ``selective_state_update`` (GPU) or ``ssd_step``."""
 
     name = "ssm_step"
@@ -143,9 +156,6 @@ class SsmStep(Kernel):
             "g": [1, 8],
         },
     }
-
-    def valid(self, shape: Shape, ctx: SweepContext) -> bool:
-        return shape["h"] % shape["g"] == 0 and super().valid(shape, ctx)
 
     def model_grid(self, ctx: SweepContext) -> list[Shape]:
         m = ctx.model
@@ -168,16 +178,12 @@ class SsmStep(Kernel):
         one = _ssm_inputs(ctx, shape, gen, (b,))
         one["state"] = ctx.randn(b, h, p, n, gen=gen)
         sets = ctx.rotating(one, nbuf)
-        fn, note = (
-            import_mamba_triton("ops.triton.selective_state_update", "selective_state_update")
-            if ctx.device == "cuda"
-            else (None, "no GPU")
+        step, reference = self.implementation(
+            ctx,
+            ("ops.triton.selective_state_update", "selective_state_update"),
+            ("ssd_step", "PyTorch reference (twin.torch_ops.ssd.ssd_step)"),
         )
-        if fn is None:
-            from twin.torch_ops.ssd import ssd_step
-
-            fn, note = ssd_step, f"PyTorch reference (twin.torch_ops.ssd.ssd_step): {note}"
-        else:
+        if not reference:
             # selective_state_update's Mamba2 layout: per-channel dt, A, D, dt_bias broadcast
             # over headdim (and A over d_state) as stride-0 views, as Mamba2.step builds them.
             for s in sets:
@@ -185,8 +191,6 @@ class SsmStep(Kernel):
                 s["A"] = s["A"][:, None, None].expand(h, p, n)
                 s["D"] = s["D"][:, None].expand(h, p)
                 s["dt_bias"] = s["dt_bias"][:, None].expand(h, p)
-        ctx.notes["ssm_step"] = note
-        step: Callable[..., Any] = fn  # the reference takes the Triton kernel's arguments
 
         def run(i: int) -> Any:
             s = sets[i % nbuf]

@@ -18,7 +18,7 @@ from twin.costmodel.formulas import FORMULAS, KERNELS
 from twin.costmodel.kernel_sources import DEFAULT_ENGINE, KERNEL_SOURCES, get_kernel_source
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import profile_path
-from twin.errors import TwinError
+from twin.errors import TwinError, expect_one_of
 from twin.hardware import GPUS
 from twin.limits import MAX_JOBS
 from twin.presets import resolve_model
@@ -238,8 +238,7 @@ def calibrate(
         _only(given, "--from", {"--gpu", "--from", "--engine", "--keep-fits", "--refit", "--seed"})
         _from_tables(source, gpu, engine, out, seed, as_json, keep_fits, _refit_names(refit))
         return
-    if gpu not in CHOICES:
-        raise TwinError(f"--gpu {gpu!r}: expected one of {', '.join(CHOICES)}")
+    expect_one_of(gpu, CHOICES, "--gpu")
     if transfer_from is not None:
         _only(given, "--transfer-from", {"--gpu", "--transfer-from"})
         if out is not None:
@@ -249,8 +248,7 @@ def calibrate(
         measure = {"--gpu", "--quick", "--level", "--model", "--kernels", "--seed", "--threads"}
         _only(given, "timing this machine", measure | {"--overhead", "--model-shapes-only"})
         chosen = level or ("quick" if quick else "full")
-        if chosen not in LEVELS:
-            raise TwinError(f"--level {chosen!r}: expected one of {', '.join(LEVELS)}")
+        expect_one_of(chosen, LEVELS, "--level")
         subset = _kernel_names(kernels)
         try:  # a bad name or config file, before the device is timed
             shapes = resolve_model(model)

@@ -79,7 +79,7 @@ from typing import Any, ClassVar
 from twin.costmodel import latency as lat
 from twin.costmodel.collective_families import A2A_EXTRAS, A2A_MODES, A2A_PHASES, a2a_kernel
 from twin.costmodel.features import Features
-from twin.errors import TwinError
+from twin.errors import TwinError, expect_one_of
 from twin.hardware import GPUS
 
 ELEM_BYTES = 2  # the convention of the fitted rows and the pricing (module docstring)
@@ -211,10 +211,7 @@ class A2APrice:
     }
 
     def __init__(self, model: Any, profile: Any, ep: int, backend: str = "deepep") -> None:
-        if backend not in self.BACKENDS:
-            raise TwinError(
-                f"MoE all-to-all {backend!r}: expected one of {', '.join(self.BACKENDS)}"
-            )
+        expect_one_of(backend, self.BACKENDS, "MoE all-to-all")
         self.forced = self.BACKENDS[backend]
         kernels = [a2a_kernel(m, p) for m in A2A_MODES for p in A2A_PHASES]
         missing = [k for k in kernels if k not in profile.kernels]

@@ -35,7 +35,7 @@ from twin.cache.requests import Requests
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
 from twin.engine.speculative import sglang_verify_reserve
-from twin.errors import TwinError
+from twin.errors import lookup
 from twin.memory.footprint import KvFootprint, get_kv_allocator
 from twin.model import ModelSpec
 from twin.policies.structures import SPLIT_POOLS_STRUCTURE
@@ -347,9 +347,7 @@ def memory_mode(shared_pool: bool, structure: str) -> str:
 
 def get_memory(name: str, setup: MemorySetup) -> MemoryStrategy:
     """The strategy registered as ``name``, built from ``setup``."""
-    if name not in MEMORY_STRATEGIES:
-        raise TwinError(f"unknown memory strategy {name!r}; valid: {', '.join(MEMORY_STRATEGIES)}")
-    return MEMORY_STRATEGIES[name](setup)
+    return lookup(MEMORY_STRATEGIES, name, "memory strategy")(setup)
 
 
 class HostTier:

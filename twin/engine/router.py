@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from twin.errors import TwinError
+from twin.errors import lookup
 
 if TYPE_CHECKING:  # annotations only: listing the routers (a help) imports neither
     import numpy as np
@@ -147,7 +147,4 @@ DEFAULT_ROUTER = RoundRobin.name
 
 def get_router(name: str, **options: Any) -> Router:
     """A fresh router called ``name``; a ``TwinError`` listing the valid names otherwise."""
-    cls = ROUTERS.get(name)
-    if cls is None:
-        raise TwinError(f"unknown router {name!r}; valid routers: {', '.join(ROUTERS)}")
-    return cls(**options)
+    return lookup(ROUTERS, name, "router", "valid routers")(**options)

@@ -29,7 +29,7 @@ from twin.engine.sglang_batching import SGLangBatching, SGLangMixedBatching
 from twin.engine.sim import Environment, Event
 from twin.engine.trtllm_batching import TRTLLMBatching
 from twin.engine.vllm_batching import VLLMBatching
-from twin.errors import TwinError
+from twin.errors import lookup
 from twin.token_gaps import TokenGaps
 
 
@@ -97,9 +97,4 @@ SCHEDULERS: dict[str, SchedulerFactory] = {
 
 def get_scheduler(name: str) -> SchedulerFactory:
     """The scheduler registered as ``name``; a ``TwinError`` listing the valid names otherwise."""
-    try:
-        return SCHEDULERS[name]
-    except KeyError:
-        raise TwinError(
-            f"unknown scheduler {name!r}; valid schedulers: {', '.join(SCHEDULERS)}"
-        ) from None
+    return lookup(SCHEDULERS, name, "scheduler", "valid schedulers")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from twin.errors import TwinError
+from twin.errors import TwinError, lookup
 from twin.exports import Registry, lazy_exports
 
 if TYPE_CHECKING:
@@ -70,9 +70,7 @@ def get_policy(name: str, **options: Any) -> Policy:
 
 def policy_class(name: str) -> type[Policy]:
     """The registered class called ``name``, or a ``TwinError`` listing the valid names."""
-    if name not in POLICIES:
-        raise TwinError(f"unknown policy {name!r}; valid policies: {', '.join(POLICIES)}")
-    return POLICIES[name]
+    return lookup(POLICIES, name, "policy", "valid policies")
 
 
 def options_for(name: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from twin.cache import HeldCache
 from twin.cache.sparse_blocks import KVOnly, SparseBlockCache
-from twin.errors import TwinError
+from twin.errors import lookup
 
 # Jenga sec. 5: Mamba states are cached every 512 tokens.
 STATE_INTERVAL = 512
@@ -129,10 +129,7 @@ ADMISSIONS: dict[str, type[Rule]] = {
 
 def admission_rule(name: str, **options: Any) -> Rule:
     """The rule called ``name`` with ``options`` (its fields)."""
-    rule = ADMISSIONS.get(name)
-    if rule is None:
-        raise TwinError(f"unknown admission {name!r}; valid: {', '.join(ADMISSIONS)}")
-    return rule(**options)
+    return lookup(ADMISSIONS, name, "admission")(**options)
 
 
 def retained_states(

@@ -31,7 +31,7 @@ from twin.cache import BlockCache, HeldCache, ModuleCache, PrefixCache
 from twin.cache.empty import EmptyCache
 from twin.cache.hybrid_radix import HybridRadixCache
 from twin.cache.sparse_blocks import SparseBlockCache
-from twin.errors import TwinError
+from twin.errors import TwinError, lookup
 from twin.model import ModelSpec
 from twin.policies.base import Policy, RadixPolicy, RulePolicy
 from twin.policies.compiled.live import LiveCache
@@ -132,10 +132,7 @@ def choose_structure(policy: Policy, model: ModelSpec, fast: bool = False) -> st
 
 def structure_named(name: str) -> Structure:
     """The registered structure called ``name``; an unknown name is one line."""
-    found = STRUCTURES.get(name)
-    if found is None:
-        raise TwinError(f"unknown cache structure {name!r}; valid: {', '.join(STRUCTURES)}")
-    return found
+    return lookup(STRUCTURES, name, "cache structure")
 
 
 def build_structure(name: str, model: ModelSpec, capacity: int, policy: Policy) -> HeldCache:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from twin.errors import TwinError
+from twin.errors import expect_one_of
 
 if TYPE_CHECKING:  # annotations only: ``twin plan --help`` lists the searches
     from twin.slo import Slo
@@ -138,10 +138,8 @@ FALLBACK = LinearScan.name
 
 def get_search(name: str) -> type[ReplicaSearch]:
     """The strategy called ``name``; a one-line error otherwise."""
-    try:
-        return SEARCHES[name]
-    except KeyError:
-        raise TwinError(f"--search {name!r}: expected one of {', '.join(SEARCHES)}") from None
+    expect_one_of(name, SEARCHES, "--search")
+    return SEARCHES[name]
 
 
 def non_monotone(

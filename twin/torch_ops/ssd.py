@@ -41,6 +41,14 @@ def _heads(t: torch.Tensor, nheads: int) -> torch.Tensor:
     return t.repeat_interleave(nheads // t.shape[2], dim=2)
 
 
+def _output(y: torch.Tensor, x: torch.Tensor, D: torch.Tensor | None) -> torch.Tensor:
+    """The scan's output ``y`` plus the skip term ``D x`` (per head, where ``D`` is given),
+    in ``x``'s dtype."""
+    if D is not None:
+        y = y + _f(x) * _f(D)[:, None]
+    return y.to(x.dtype)
+
+
 def _group_chunks(t: torch.Tensor, nc: int, q: int) -> torch.Tensor:
     """(b, l, g, n) -> (b, chunks, q, g, n)."""
     return t.reshape(t.shape[0], nc, q, t.shape[2], t.shape[3])
@@ -74,9 +82,7 @@ def ssd_sequential(
         state = decay[:, :, None, None] * state + inp
         ys.append(torch.einsum("bhpn,bhn->bhp", state, Ch[:, t]))
     y = torch.stack(ys, dim=1)
-    if D is not None:
-        y = y + _f(x) * _f(D)[:, None]
-    return y.to(x.dtype), state
+    return _output(y, x, D), state
 
 
 def ssd_chunked(
@@ -137,9 +143,7 @@ def ssd_chunked(
     # The entering state's contribution, decayed to each position in the chunk.
     y = y + torch.einsum("bcihn,bchpn,bhci->bcihp", Cc, prev, torch.exp(cum))
     y = y.reshape(b, nc * q, h, p)[:, :length]
-    if D is not None:
-        y = y + _f(x) * _f(D)[:, None]
-    return y.to(x.dtype), state
+    return _output(y, x, D), state
 
 
 def ssd_step(
@@ -165,6 +169,4 @@ def ssd_step(
     inp = (dtp[..., None] * _f(x))[..., None] * Bh[:, :, None, :]
     state.mul_(decay.to(state.dtype)).add_(inp.to(state.dtype))
     y = torch.einsum("bhpn,bhn->bhp", _f(state), Ch)
-    if D is not None:
-        y = y + _f(x) * _f(D)[:, None]
-    return y.to(x.dtype)
+    return _output(y, x, D)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from twin.errors import TwinError
+from twin.errors import lookup
 from twin.exports import Registry
 
 if TYPE_CHECKING:
@@ -31,9 +31,7 @@ PAPERS: Registry[type[Paper]] = Registry(
 
 def get_paper(name: str) -> Paper:
     """The paper called ``name`` (a fresh one), or a ``TwinError`` listing the papers."""
-    if name not in PAPERS:
-        raise TwinError(f"unknown paper {name!r}; available: {', '.join(PAPERS)}")
-    return PAPERS[name]()
+    return lookup(PAPERS, name, "paper", "available")()
 
 
 __all__ = ["PAPERS", "get_paper"]

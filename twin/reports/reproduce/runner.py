@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from twin import __version__
 from twin.atomic import write_text_atomic
@@ -49,10 +49,42 @@ UNBOUNDED_GB = 1e6
 FOOTPRINT_POLICY = "sglang+"
 
 Progress = Callable[[float], None]
+T = TypeVar("T")
 
 
 def _nothing(_: float) -> None:
     return None
+
+
+def read_results(path: Path) -> dict[str, dict[str, Any]]:
+    """The results an earlier run kept in the JSON file ``path`` by key (none: ``{}``)."""
+    if not path.is_file():
+        return {}
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError) as err:
+        raise TwinError(f"{path}: cannot read earlier results ({err}); delete it") from None
+
+
+def _missing(
+    items: list[T],
+    key: Callable[[T], str],
+    results: dict[str, dict[str, Any]],
+    path: Path,
+    progress: Progress,
+) -> tuple[list[T], Callable[[T, dict[str, Any]], None]]:
+    """The distinct ``items`` whose ``key`` ``results`` lacks (the rest counted done), and the
+    callback keeping an item's result in ``results`` and ``path`` (rewritten atomically)."""
+    unique = list(dict.fromkeys(items))
+    todo = [x for x in unique if key(x) not in results]
+    progress(len(unique) - len(todo))
+
+    def done(item: T, result: dict[str, Any]) -> None:
+        results[key(item)] = result
+        write_text_atomic(path, json.dumps(results, sort_keys=True, indent=0) + "\n")
+        progress(1)
+
+    return todo, done
 
 
 def generate(recipe: Recipe, path: Path) -> None:
@@ -157,7 +189,7 @@ class Run:
         return str(self.out / "workloads" / self.recipes[name].file_name)
 
     def replay(self, point: ReplayPoint) -> dict[str, Any]:
-        found = self._replays.get(point.key(self._sha[point.workload]))
+        found = self._replays.get(self._replay_key(point))
         if found is None:
             raise KeyError(f"replay point not in the plan: {point}")
         return {**found, "command": point.command(self.workload_path(point.workload))}
@@ -171,6 +203,9 @@ class Run:
         if self.artifact_repo is None:
             return None
         return self._artifact.get(self._artifact_key(point))
+
+    def _replay_key(self, point: ReplayPoint) -> str:
+        return point.key(self._sha[point.workload])
 
     def _artifact_key(self, point: ReplayPoint) -> str:
         return f"{point.key(self._sha[point.workload])}@{self.artifact_repo}"
@@ -226,11 +261,11 @@ class Run:
                 generate(recipe, path)
             self._sha[name] = sha256_file(path)
             progress(1)
-        self._replays = self._read_replays()
+        self._replays = read_results(self.out / REPLAYS_FILE)
         feet = [self.footprint_point(n) for n in self.paper.footprint_workloads(self.quick)]
         self._run_replays(feet, progress)
         self._footprints = {
-            p.workload: self._replays[p.key(self._sha[p.workload])]["peak_bytes"] / GB for p in feet
+            p.workload: self._replays[self._replay_key(p)]["peak_bytes"] / GB for p in feet
         }
         replays = self.paper.replays(self.quick, self._footprints)
         sims = self.paper.sims(self.quick, self._footprints)
@@ -242,28 +277,9 @@ class Run:
         self._run_computations(self.paper.computations(self.quick), progress)
         return self.paper.claims(self, self.quick)
 
-    def _read_replays(self) -> dict[str, dict[str, Any]]:
-        path = self.out / REPLAYS_FILE
-        if not path.is_file():
-            return {}
-        try:
-            return dict(json.loads(path.read_text()))
-        except (OSError, ValueError) as err:
-            raise TwinError(f"{path}: cannot read earlier results ({err}); delete it") from None
-
-    def _store(self, point: ReplayPoint, result: dict[str, Any]) -> None:
-        self._replays[point.key(self._sha[point.workload])] = result
-        text = json.dumps(self._replays, sort_keys=True, indent=0)
-        write_text_atomic(self.out / REPLAYS_FILE, text + "\n")
-
     def _run_replays(self, points: list[ReplayPoint], progress: Progress) -> None:
-        unique = list(dict.fromkeys(points))
-        todo = [p for p in unique if p.key(self._sha[p.workload]) not in self._replays]
-        progress(len(unique) - len(todo))
-
-        def done(point: ReplayPoint, result: dict[str, Any]) -> None:
-            self._store(point, result)
-            progress(1)
+        path = self.out / REPLAYS_FILE
+        todo, done = _missing(points, self._replay_key, self._replays, path, progress)
 
         def args(p: ReplayPoint) -> tuple[Any, ...]:
             return (self.workload_path(p.workload), p)
@@ -289,16 +305,8 @@ class Run:
 
     def _run_artifact(self, points: list[ReplayPoint], progress: Progress) -> None:
         path = self.out / ARTIFACT_FILE
-        if path.is_file():
-            self._artifact = dict(json.loads(path.read_text()))
-        unique = list(dict.fromkeys(points))
-        todo = [p for p in unique if self._artifact_key(p) not in self._artifact]
-        progress(len(unique) - len(todo))
-
-        def done(point: ReplayPoint, result: dict[str, Any]) -> None:
-            self._artifact[self._artifact_key(point)] = result
-            write_text_atomic(path, json.dumps(self._artifact, sort_keys=True, indent=0) + "\n")
-            progress(1)
+        self._artifact = read_results(path)
+        todo, done = _missing(points, self._artifact_key, self._artifact, path, progress)
 
         def args(p: ReplayPoint) -> tuple[Any, ...]:
             return (str(self.artifact_repo), self.workload_path(p.workload), p)
@@ -308,19 +316,8 @@ class Run:
 
     def _run_computations(self, todo_all: list[Computation], progress: Progress) -> None:
         path = self.out / COMPUTED_FILE
-        if path.is_file():
-            try:
-                self._computed = dict(json.loads(path.read_text()))
-            except (OSError, ValueError) as err:
-                raise TwinError(f"{path}: cannot read earlier results ({err}); delete it") from None
-        unique = list(dict.fromkeys(todo_all))
-        todo = [c for c in unique if self._computed_key(c) not in self._computed]
-        progress(len(unique) - len(todo))
-
-        def done(c: Computation, result: dict[str, Any]) -> None:
-            self._computed[self._computed_key(c)] = result
-            write_text_atomic(path, json.dumps(self._computed, sort_keys=True, indent=0) + "\n")
-            progress(1)
+        self._computed = read_results(path)
+        todo, done = _missing(todo_all, self._computed_key, self._computed, path, progress)
 
         def args(c: Computation) -> tuple[Any, ...]:
             return (None if c.workload is None else self.workload_path(c.workload), c)

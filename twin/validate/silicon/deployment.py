@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from twin.errors import TwinError
+from twin.errors import expect_one_of
 from twin.validate.silicon.aiconfigurator_limits import (
     aiconfigurator_deployment,
     deployed,
@@ -119,8 +119,7 @@ def engine_build(row: SiliconRow) -> str:
 
 def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:
     """The server limits ``row`` runs with under the deployment ``kind`` (``DEPLOYMENTS``)."""
-    if kind not in DEPLOYMENTS:
-        raise TwinError(f"deployment {kind!r}: expected one of {', '.join(DEPLOYMENTS)}")
+    expect_one_of(kind, DEPLOYMENTS, "deployment")
     if kind == "benchmark" and inferencemax_row(row):
         return inferencemax_deployment(row, engine)
     if kind == "defaults" or (kind != "aiconfigurator-all" and not deployed(row, engine)):

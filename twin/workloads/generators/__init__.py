@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from twin.errors import TwinError
+from twin.errors import lookup
 from twin.exports import Registry, lazy_exports
 
 if TYPE_CHECKING:
@@ -46,12 +46,7 @@ GENERATORS: Registry[type[WorkloadGenerator]] = Registry(
 
 def get_generator(kind: str) -> type[WorkloadGenerator]:
     """The generator class registered as ``kind``; a ``TwinError`` listing valid kinds if none."""
-    try:
-        return GENERATORS[kind]
-    except KeyError:
-        raise TwinError(
-            f"unknown generator {kind!r}; valid generators: {', '.join(sorted(GENERATORS))}"
-        ) from None
+    return lookup(GENERATORS, kind, "generator", "valid generators")
 
 
 __all__ = [

@@ -492,6 +492,18 @@ def turn_count(rng: np.random.Generator, lo: int, mean: float, hi: int) -> int:
     return min(hi, lo + extra)
 
 
+def zipf_weights(n: int, s: float) -> np.ndarray:
+    """The popularity of ``n`` items, normalised: item k (from 1) weighs k^-s (Zipf-like)."""
+    weights = np.arange(1, n + 1, dtype=np.float64) ** -s
+    return weights / weights.sum()
+
+
+def clip_turn(n_in: int, n_out: int, room: int) -> tuple[int, int]:
+    """A first turn's input, then output, clipped to ``room >= 2`` tokens (it always fits)."""
+    n_in = min(n_in, room - 1)
+    return n_in, min(n_out, room - n_in)
+
+
 def token_ids(rng: np.random.Generator, n: int, vocab: int) -> np.ndarray:
     """``n`` random int32 token ids in [0, vocab).
 

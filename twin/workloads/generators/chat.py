@@ -27,6 +27,7 @@ from twin.workloads.generators.base import (
     GeneratorParams,
     Turn,
     WorkloadGenerator,
+    clip_turn,
     knob,
     knob_error,
     lognormal_int,
@@ -139,8 +140,7 @@ class ChatGenerator(WorkloadGenerator):
             n_in = lognormal_int(rng, p.prompt_mean_tokens, p.prompt_sigma, 1, p.prompt_max_tokens)
             n_out = lognormal_int(rng, p.output_mean_tokens, p.output_sigma, 1, p.output_max_tokens)
             if k == 0:
-                n_in = min(n_in, cap - 1)
-                n_out = min(n_out, cap - n_in)
+                n_in, n_out = clip_turn(n_in, n_out, cap)
             elif history + n_in + n_out > cap:
                 return  # the conversation would overflow the context: it ends here
             yield Turn(

@@ -31,6 +31,7 @@ from twin.workloads.generators.base import (
     knob,
     lognormal_int,
     token_ids,
+    zipf_weights,
 )
 
 _LONGBENCH = "LongBench (Bai et al., arXiv 2308.14508)"
@@ -137,8 +138,7 @@ class DocQAGenerator(WorkloadGenerator):
             )
         lengths = rng.integers(p.doc_min_tokens, p.doc_max_tokens + 1, p.n_documents)
         docs = [token_ids(rng, int(n), p.vocab_size) for n in lengths]
-        weights = np.arange(1, p.n_documents + 1, dtype=np.float64) ** -p.zipf_s
-        return _Library(docs, weights / weights.sum())
+        return _Library(docs, zipf_weights(p.n_documents, p.zipf_s))
 
     def session(self, rng: np.random.Generator, shared: Any, max_context: int) -> Iterator[Turn]:
         p: DocQAParams = self.params  # type: ignore[assignment]

@@ -41,6 +41,7 @@ from twin.workloads.generators.base import (
     GeneratorParams,
     Turn,
     WorkloadGenerator,
+    clip_turn,
     knob,
     lognormal_int,
     token_ids,
@@ -214,9 +215,8 @@ class SWEBenchGenerator(WorkloadGenerator):
 
         # Turn 0: system + task -> first action, clipped to fit.
         n_task = lognormal_int(rng, p.task_mean_tokens, p.task_sigma, 1, p.task_max_tokens)
-        n_task = min(n_task, max_context - len(system) - 1)
         n_act = lognormal_int(rng, p.action_mean_tokens, p.action_sigma, 1, p.action_max_tokens)
-        n_act = min(n_act, max_context - len(system) - n_task)
+        n_task, n_act = clip_turn(n_task, n_act, max_context - len(system))
         task = token_ids(rng, n_task, p.vocab_size)
         action = token_ids(rng, n_act, p.vocab_size)
         yield Turn(0.0, np.concatenate((system, task)), False, action)

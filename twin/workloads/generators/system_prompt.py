@@ -29,9 +29,11 @@ from twin.workloads.generators.base import (
     GeneratorParams,
     Turn,
     WorkloadGenerator,
+    clip_turn,
     knob,
     lognormal_int,
     token_ids,
+    zipf_weights,
 )
 
 _LMSYS = "LMSYS-Chat-1M paper (arXiv 2309.11998) Table 1"
@@ -164,8 +166,7 @@ class SystemPromptGenerator(WorkloadGenerator):
                     "reply token must fit too; raise it or lower --set system_prompt_max_tokens "
                     "/ fewshot_mean_tokens"
                 )
-        weights = np.arange(1, p.n_system_prompts + 1, dtype=np.float64) ** -p.zipf_s
-        cdf = np.cumsum(weights / weights.sum())
+        cdf = np.cumsum(zipf_weights(p.n_system_prompts, p.zipf_s))
         return _Shared(prompts, fewshot, cdf)
 
     def session(self, rng: np.random.Generator, shared: Any, max_context: int) -> Iterator[Turn]:
@@ -176,8 +177,7 @@ class SystemPromptGenerator(WorkloadGenerator):
             parts.append(shared.fewshot[i][int(rng.integers(p.n_fewshot))])
         prefix = sum(len(x) for x in parts)
         n_q = lognormal_int(rng, p.question_mean_tokens, p.question_sigma, 1, p.question_max_tokens)
-        n_q = min(n_q, max_context - prefix - 1)
         n_out = lognormal_int(rng, p.output_mean_tokens, p.output_sigma, 1, p.output_max_tokens)
-        n_out = min(n_out, max_context - prefix - n_q)
+        n_q, n_out = clip_turn(n_q, n_out, max_context - prefix)
         parts.append(token_ids(rng, n_q, p.vocab_size))
         yield Turn(0.0, np.concatenate(parts), False, token_ids(rng, n_out, p.vocab_size))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from twin.errors import TwinError
+from twin.errors import lookup
 from twin.exports import Registry, lazy_exports
 
 if TYPE_CHECKING:
@@ -19,23 +19,19 @@ if TYPE_CHECKING:
 if not TYPE_CHECKING:
     __getattr__ = lazy_exports(__name__)  # the names above on first use
 
-# Each format by its ``name``, imported when looked up (a help lists the formats without numpy).
+# Each format by its ``name`` (alphabetical: the order a help and an error list them), imported
+# when looked up (a help lists the formats without numpy).
 IMPORTERS: Registry[type[Importer]] = Registry(
     {
-        "mooncake": "twin.workloads.importers.mooncake:MooncakeImporter",
         "marconi": "twin.workloads.importers.marconi:MarconiImporter",
+        "mooncake": "twin.workloads.importers.mooncake:MooncakeImporter",
     }
 )
 
 
 def get_importer(fmt: str) -> type[Importer]:
     """The importer class registered as ``fmt``; a ``TwinError`` listing the valid ones if none."""
-    try:
-        return IMPORTERS[fmt]
-    except KeyError:
-        raise TwinError(
-            f"unknown trace format {fmt!r}; valid formats: {', '.join(sorted(IMPORTERS))}"
-        ) from None
+    return lookup(IMPORTERS, fmt, "trace format", "valid formats")
 
 
 __all__ = ["IMPORTERS", "Importer", "MarconiImporter", "MooncakeImporter", "get_importer"]
