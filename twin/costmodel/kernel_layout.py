@@ -147,9 +147,10 @@ class KernelLayout:
     moe_rows_per_expert: int = 0
     # With ``moe_rows_per_expert``: the launch covers the worst case of that padding, every
     # expert held on the GPU padded whether a token reaches it or not, the blocks no token
-    # reaches loaded and stored but not computed (vLLM 0.12.0's DeepGEMM experts, whose
-    # grid is sized from the routed rows alone: ``twin.engine.kernel_layouts_vllm``,
-    # "M_sum"); False: only the experts reached.
+    # reaches priced as loaded and stored, not computed (vLLM 0.12.0's DeepGEMM experts,
+    # whose buffer is sized for the worst case, not the routed rows: ``twin.engine.
+    # kernel_layouts_vllm``, "M_sum", which says what the source computes); False: only
+    # the experts reached.
     moe_pads_every_expert: bool = False
     # Seconds every MoE layer's experts launch pays on top of the fused-MoE fit's price
     # (``MoePricing._moe_fused``): FlashInfer's CUTLASS fused MoE run under tensor

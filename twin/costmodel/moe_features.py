@@ -36,7 +36,7 @@ def moe_sums(
     activations in at ``act_e`` bytes, the touched experts' weights at ``w_e``, outputs
     out at ``e`` (``gemm_sums_at`` per projection, the weights only of the experts hit).
     ``streamed`` rows more, in blocks of ``tile_m``, go through the launch's loads and
-    stores without their MMAs (padding blocks DeepGEMM skips computing,
+    stores without their MMAs (padding blocks priced uncomputed,
     ``MoePricing._moe_padded_rows``): their activations in and outputs out, and for each
     block one expert's weights (the B tiles its block loads across the output), no FLOPs."""
     wide = up_mats * width

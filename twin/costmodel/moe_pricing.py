@@ -356,7 +356,8 @@ class MoePricing(ShardShapes):
         expert has more rows than that). Where the launch is sized for the worst case
         (``KernelLayout.moe_pads_every_expert``: the routed rows plus one alignment less a
         row for every expert the rank holds, rounded up to the alignment), the blocks
-        beyond those are streamed: loaded and stored, their MMAs skipped."""
+        beyond those are priced streamed: loaded and stored, no MMAs (vLLM 0.12.0 computes
+        them as expert 0's: ``twin.engine.kernel_layouts_vllm``, "M_sum")."""
         layout = self.kernel_layout
         align = layout.moe_rows_per_expert
         if not align:

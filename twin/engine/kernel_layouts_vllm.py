@@ -66,17 +66,24 @@ def vllm_shared_expert_stream_tokens(model: ModelSpec, build: str, dp: int) -> i
 # worst case, ``M x topk + local_num_experts x (128 - 1)`` rounded up to 128. DeepGEMM's
 # grouped contiguous GEMM then walks every 128-row block of it (deepseek-ai/DeepGEMM
 # 38f8ef7, 2025-11-21, ``impls/sm90_fp8_gemm_1d2d.cuh``): its TMA warp loads each block's
-# A, A-scale and B tiles (a padding block's rows carry expert -1, read as expert 0's
-# weights: ``common/scheduler.cuh`` ``get_global_idx``, ``max(0, grouped_layout[...])``),
-# and only the math warps skip a padding block's WGMMAs (``is_computation_valid``; they
-# still wait for each stage's loads), and the epilogue still stores it. The twin prices the
-# launch (``KernelLayout.moe_pads_every_expert``, ``MoePricing._moe_padded_rows``) as 128
-# rows computed for each expert reached and the rest of ``M_sum`` streamed: each skipped
-# block's rows in and out and one expert's weights (its B tiles across the output), no
-# FLOPs. So a decode step pays for every expert on the GPU whatever its few tokens reach,
-# and its time hardly moves with the batch (the measured 0.12.0 H200 Qwen3-235B-A22B-FP8
-# TPOT: 51-59 ms on 2 MoE GPUs at 4-20 clients). 0.16.0 puts FlashInfer CUTLASS before
-# DeepGEMM on Hopper (below), so only 0.12.0 is read as this rule.
+# A, A-scale and B tiles and the epilogue stores it. DeepGEMM would skip a block's WGMMAs
+# only where its expert id is negative (``common/scheduler.cuh`` ``is_computation_valid``),
+# but vLLM 0.12.0 never writes one there: ``deep_gemm_utils.deepgemm_moe_permute`` makes
+# the ids ``torch.zeros`` whenever the host has no token counts (``maybe_has_empty_blocks``)
+# and ``ep_scatter`` overwrites only the blocks of the experts reached, so the blocks
+# beyond them run as expert 0's, their WGMMAs computed (on uninitialised rows, expert 0's
+# weights, which sit in L2 after the first such block). The twin prices the launch
+# (``KernelLayout.moe_pads_every_expert``, ``MoePricing._moe_padded_rows``) as 128 rows
+# computed for each expert reached and the rest of ``M_sum`` streamed: each such block's
+# rows in and out and one expert's weights (its B tiles across the output), no FLOPs, the
+# reading the fit rows chose (docs/decisions.md, issue 31 / 34, session 41); every row of
+# ``M_sum`` computed with only the reached experts' weights from HBM (the source's reading)
+# prices a Qwen3-235B-A22B-FP8 H200 decode step 2-6% higher and a prefill 1-2% higher
+# (docs/decisions.md, review41). Either way a decode step pays for every expert on the GPU
+# whatever its few tokens reach, and its time hardly moves with the batch (the measured
+# 0.12.0 H200 Qwen3-235B-A22B-FP8 TPOT: 51-59 ms on 2 MoE GPUs at 4-20 clients). 0.16.0
+# puts FlashInfer CUTLASS before DeepGEMM on Hopper (below), so only 0.12.0 is read as this
+# rule.
 VLLM_DEEPGEMM_MOE_BUILDS = frozenset({"0.12.0"})
 VLLM_DEEPGEMM_MOE_MAX_TP = 8  # ``get_fp8_moe_backend``: DeepGEMM off from this MoE TP
 DEEPGEMM_GPUS = HOPPER | SM100_EXACT
