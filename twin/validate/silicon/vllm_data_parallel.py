@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 def vllm_data_parallel_layout(row: SiliconRow) -> SiliconRow:
     """``row`` with ``attention_dp`` the data-parallel ranks its MoE columns imply (above);
-    unchanged unless it is an aggregated vLLM row with no attention-DP column whose
-    ``moe_tp_size x moe_ep_size`` is a multiple ``k > 1`` of ``tp_size x pp_size``. The
+    unchanged unless it is an aggregated vLLM row whose attention-DP column is empty or 1
+    and whose ``moe_tp_size x moe_ep_size`` is a multiple ``k > 1`` of ``tp_size x pp_size``. The
     CSV's columns stay in ``csv_layout``."""
     if row.backend != "vllm" or row.mode != "agg" or (row.attention_dp or 1) > 1:
         return row
