@@ -84,9 +84,11 @@ def test_streamed_rows_move_bytes_not_flops() -> None:
     flops, nbytes, weights = moe_sums(256.0, 2.0, *args)
     f2, b2, w2 = moe_sums(256.0, 2.0, *args, streamed=256.0, tile_m=128)
     assert (f2, w2) == (flops, weights)
-    # 256 rows in and out more, and two blocks' B tiles (one expert's weights each).
+    # 256 rows in and out more, two blocks' B tiles (one expert's weights each), and the
+    # activation between the GEMMs: 1,536 wide in, 768 out and back in (bf16), 768 fp8 out.
     expert = 4096 * (2 * 768 + 768)
-    assert b2 - nbytes == 256 * (4096 + 768) + 2 * 256 * (2 * 768 + 4096) + 2 * expert
+    between = 256 * (2 * (2 * 768 + 2 * 768) + 768)
+    assert b2 - nbytes == 256 * (4096 + 768) + 2 * 256 * (2 * 768 + 4096) + 2 * expert + between
 
 
 def test_the_run_lays_out_the_profiles_gpu_and_ep() -> None:

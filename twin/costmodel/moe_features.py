@@ -37,8 +37,12 @@ def moe_sums(
     out at ``e`` (``gemm_sums_at`` per projection, the weights only of the experts hit).
     ``streamed`` rows more, in blocks of ``tile_m``, go through the launch's loads and
     stores without their MMAs (padding blocks priced uncomputed,
-    ``MoePricing._moe_padded_rows``): their activations in and outputs out, and for each
-    block one expert's weights (the B tiles its block loads across the output), no FLOPs."""
+    ``MoePricing._moe_padded_rows``): their activations in and outputs out, for each
+    block one expert's weights (the B tiles its block loads across the output), and the
+    activation between the two GEMMs, which the engine runs as kernels of their own over
+    every row of the buffer (vLLM 0.12.0 ``DeepGemmExperts.apply``: the gated activation
+    reads the up projection's ``wide`` outputs and writes ``width``, the fp8 group
+    quantisation reads those and writes ``width`` at ``act_e``); no FLOPs."""
     wide = up_mats * width
     flops = 2.0 * rows * d * (wide + width)
     weights = active * d * (wide + width)
@@ -46,6 +50,7 @@ def moe_sums(
     nbytes = act_e * moved * (d + width) + w_e * weights + float(e) * moved * (wide + d)
     if streamed:
         nbytes += w_e * (streamed / tile_m) * d * (wide + width)
+        nbytes += streamed * (float(e) * (wide + 2 * width) + act_e * width)
     return flops, nbytes, weights
 
 
