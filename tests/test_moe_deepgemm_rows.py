@@ -85,9 +85,10 @@ def test_streamed_rows_move_bytes_not_flops() -> None:
     f2, b2, w2 = moe_sums(256.0, 2.0, *args, streamed=256.0, tile_m=128)
     assert (f2, w2) == (flops, weights)
     # 256 rows in and out more, two blocks' B tiles (one expert's weights each), and the
-    # activation between the GEMMs: 1,536 wide in, 768 out and back in (bf16), 768 fp8 out.
+    # activation between the GEMMs: 1,536 wide in, 768 out and back in (bf16), 768 fp8 out
+    # with their scales (one fp32 a group of 128).
     expert = 4096 * (2 * 768 + 768)
-    between = 256 * (2 * (2 * 768 + 2 * 768) + 768)
+    between = 256 * (2 * (2 * 768 + 2 * 768) + 768 * (1 + 4 / 128))
     assert b2 - nbytes == 256 * (4096 + 768) + 2 * 256 * (2 * 768 + 4096) + 2 * expert + between
 
 

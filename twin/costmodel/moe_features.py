@@ -16,6 +16,11 @@ import math
 
 from twin.costmodel.features import HOPPER_DEVICES, Features, next_power_of_two, replay_resident
 
+# Bytes an element of vLLM's fp8 group quantisation writes: its fp8 value and a share of its
+# group's fp32 scale (``per_token_group_quant_fp8`` at DeepGEMM's group of 128, vLLM 0.12.0
+# ``DeepGemmExperts.apply``).
+FP8_GROUP_BYTES = 1.0 + 4.0 / 128
+
 
 def moe_sums(
     rows: float,
@@ -42,7 +47,8 @@ def moe_sums(
     activation between the two GEMMs, which the engine runs as kernels of their own over
     every row of the buffer (vLLM 0.12.0 ``DeepGemmExperts.apply``: the gated activation
     reads the up projection's ``wide`` outputs and writes ``width``, the fp8 group
-    quantisation reads those and writes ``width`` at ``act_e``); no FLOPs."""
+    quantisation reads those and writes ``width`` fp8 values and a scale a group:
+    :data:`FP8_GROUP_BYTES` an element); no FLOPs."""
     wide = up_mats * width
     flops = 2.0 * rows * d * (wide + width)
     weights = active * d * (wide + width)
@@ -50,7 +56,7 @@ def moe_sums(
     nbytes = act_e * moved * (d + width) + w_e * weights + float(e) * moved * (wide + d)
     if streamed:
         nbytes += w_e * (streamed / tile_m) * d * (wide + width)
-        nbytes += streamed * (float(e) * (wide + 2 * width) + act_e * width)
+        nbytes += streamed * (float(e) * (wide + 2 * width) + FP8_GROUP_BYTES * width)
     return flops, nbytes, weights
 
 
@@ -645,6 +651,7 @@ __all__ = [
     "FLASHINFER_MXINT4_TILES",
     "FLASHINFER_TRTLLM_MXFP4_SOURCES",
     "FLASHINFER_TRTLLM_NVFP4_SOURCES",
+    "FP8_GROUP_BYTES",
     "MARLIN_BLOCKS_M",
     "MARLIN_BLOCK_SLACK",
     "MARLIN_MOE_SOURCES",
