@@ -149,8 +149,9 @@ class KernelLayout:
     # expert held on the GPU padded whether a token reaches it or not, the blocks no token
     # reaches priced as loaded and stored, not computed (vLLM 0.12.0's DeepGEMM experts,
     # whose buffer is sized for the worst case, not the routed rows: ``twin.engine.
-    # kernel_layouts_vllm``, "M_sum", which says what the source computes); False: only
-    # the experts reached.
+    # kernel_layouts_vllm``, "M_sum", which says what the source computes; the streamed
+    # rows' bytes, the activation and fp8 group quantisation between the GEMMs included, are
+    # that engine's: ``moe_features.moe_sums``); False: only the experts reached.
     moe_pads_every_expert: bool = False
     # Seconds every MoE layer's experts launch pays on top of the fused-MoE fit's price
     # (``MoePricing._moe_fused``): FlashInfer's CUTLASS fused MoE run under tensor

@@ -75,7 +75,9 @@ def vllm_shared_expert_stream_tokens(model: ModelSpec, build: str, dp: int) -> i
 # weights, which sit in L2 after the first such block). The twin prices the launch
 # (``KernelLayout.moe_pads_every_expert``, ``MoePricing._moe_padded_rows``) as 128 rows
 # computed for each expert reached and the rest of ``M_sum`` streamed: each such block's
-# rows in and out and one expert's weights (its B tiles across the output), no FLOPs, the
+# rows in and out, one expert's weights (its B tiles across the output) and the activation
+# and fp8 group quantisation ``apply`` runs between the GEMMs over every row of the buffer
+# (``moe_features.moe_sums``), no FLOPs, the
 # reading the fit rows chose (docs/decisions.md, issue 31 / 34, session 41); every row of
 # ``M_sum`` computed with only the reached experts' weights from HBM (the source's reading)
 # prices a Qwen3-235B-A22B-FP8 H200 decode step 2-6% higher and a prefill 1-2% higher
