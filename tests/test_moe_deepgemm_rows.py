@@ -56,19 +56,24 @@ def test_a_launch_streams_128_rows_of_every_expert_held() -> None:
     h200 = load_profile("h200", "vllm")
     plain, padded = CostModel(QWEN3, h200, 2), CostModel(QWEN3, h200, 2, kernel_layout=PADDED)
     rows, active = 16 * 8.0, 60.0
-    assert plain._moe_padded_rows(rows, active) == (rows, 0.0)
+    assert plain._moe_padded_rows(rows, active, 128.0) == (rows, 0.0)
     # vLLM 0.12.0 ``compute_aligned_M``: 128 routed rows + 128 experts x 127, rounded up to
     # 128, is 16,384 rows: 60 x 128 computed (the experts reached), the rest streamed.
-    assert padded._moe_padded_rows(rows, active) == (7_680, 16_384 - 7_680)
+    assert padded._moe_padded_rows(rows, active, 128.0) == (7_680, 16_384 - 7_680)
     # A prefill's 40,000 rows computed; 40,000 + 16,256 rounded up to 56,320 streamed.
-    assert padded._moe_padded_rows(40_000.0, active) == (40_000, 16_320)
+    assert padded._moe_padded_rows(40_000.0, active, 128.0) == (40_000, 16_320)
     # Only the experts a launch reaches (TensorRT-LLM 1.1's masked layout on B200).
     reached = CostModel(QWEN3, h200, 2, kernel_layout=KernelLayout(moe_rows_per_expert=128))
-    assert reached._moe_padded_rows(rows, active) == (active * 128, 0.0)
-    assert reached._moe_padded_rows(40_000.0, active) == (40_000.0, 0.0)
+    assert reached._moe_padded_rows(rows, active, 128.0) == (active * 128, 0.0)
+    assert reached._moe_padded_rows(40_000.0, active, 128.0) == (40_000.0, 0.0)
     # Under expert parallelism a rank holds 128 / 4 experts: 128 + 4,064 -> 4,224 rows.
     ep4 = CostModel(QWEN3, h200, 4, ep=4, kernel_layout=PADDED)
-    assert ep4._moe_padded_rows(rows, 20.0) == (2_560, 4_224 - 2_560)
+    assert ep4._moe_padded_rows(rows, 20.0, 32.0) == (2_560, 4_224 - 2_560)
+    held: list[float] = []  # and the layer's price passes it the rank's 32
+    padded_rows = ep4._moe_padded_rows
+    ep4._moe_padded_rows = lambda r, a, h: held.append(h) or padded_rows(r, a, h)  # type: ignore[method-assign]
+    ep4.decode([4000] * 8)
+    assert held and set(held) == {32.0}
     # A decode step pays for the padded rows, and hardly moves with the batch (the measured
     # 0.12.0 TPOT at tp 2: 51-59 ms at 4-20 clients, where the routed rows alone price
     # 24-50).

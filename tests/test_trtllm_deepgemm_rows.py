@@ -84,4 +84,4 @@ def test_a_decode_step_pays_for_128_rows_an_expert_reached() -> None:
     assert step.items["attention"] == base.items["attention"]
     assert step.items["moe"]["allreduce"] == base.items["moe"]["allreduce"]
     # a prefill's rows exceed 128 an expert: the padding adds nothing there
-    assert padded._moe_padded_rows(40_000.0, 32.0) == (40_000.0, 0.0)
+    assert padded._moe_padded_rows(40_000.0, 32.0, 32.0) == (40_000.0, 0.0)

@@ -229,7 +229,9 @@ class MoePricing(ShardShapes):
         rows, active = load.rows, load.active
         if self._shared_fused:  # one more expert, every token's: its weights and t rows
             routed, rows, active = routed + t, rows + t, active + 1.0
-        computed, streamed = self._moe_padded_rows(rows, active)
+        # the rank's experts held (a fused shared expert one more)
+        local = n_exp / ep + (1.0 if self._shared_fused else 0.0)
+        computed, streamed = self._moe_padded_rows(rows, active, local)
         flops, nbytes, weights = moe_ft.moe_sums(
             computed,
             active,
@@ -252,7 +254,6 @@ class MoePricing(ShardShapes):
         # SGLang's default Triton config above as many tokens as the rank's experts
         # (``moe_features.sglang_large_m``; 0 for every other kernel, and a fit written before
         # the term reads ``c_large_m_weights`` 0).
-        local = n_exp / ep + (1.0 if self._shared_fused else 0.0)
         unquantised = self._moe_unquantised
         large_m = moe_ft.sglang_large_m(self._moe_source, unquantised, t, local)
         large_w = weights if large_m else 0.0
@@ -346,7 +347,7 @@ class MoePricing(ShardShapes):
         tokens (``KernelLayout.dense_ffn_on_rank``)."""
         return float(sum(self._shared_expert(tokens)))
 
-    def _moe_padded_rows(self, rows: float, active: float) -> tuple[float, float]:
+    def _moe_padded_rows(self, rows: float, active: float, held: float) -> tuple[float, float]:
         """(rows computed, rows streamed uncomputed) of a fused-MoE launch: ``rows`` as
         routed and none, or, where the engine runs its experts through DeepGEMM's
         contiguous layout (``KernelLayout.moe_rows_per_expert``: ``twin.engine.
@@ -355,7 +356,7 @@ class MoePricing(ShardShapes):
         expert reached (each expert's rows padded to the alignment; a lower bound where an
         expert has more rows than that). Where the launch is sized for the worst case
         (``KernelLayout.moe_pads_every_expert``: the routed rows plus one alignment less a
-        row for every expert the rank holds, rounded up to the alignment), the blocks
+        row for each of the ``held`` experts, rounded up to the alignment), the blocks
         beyond those are priced streamed: loaded and stored, no MMAs (vLLM 0.12.0 computes
         them as expert 0's: ``twin.engine.kernel_layouts_vllm``, "M_sum")."""
         layout = self.kernel_layout
@@ -365,6 +366,5 @@ class MoePricing(ShardShapes):
         computed = max(rows, active * align)
         if not layout.moe_pads_every_expert:
             return computed, 0.0
-        held = self.model.moe_n_experts / self._moe_ep + (1.0 if self._shared_fused else 0.0)
         worst = math.ceil((rows + held * (align - 1)) / align) * align
         return computed, max(worst - computed, 0.0)
