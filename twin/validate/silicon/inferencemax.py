@@ -52,10 +52,7 @@ def inferencemax_layout(row: SiliconRow) -> SiliconRow:
         gpus, attention_dp = tp, False
     else:
         return row
-    csv_layout = (
-        f"tp_size {row.tp}, attention_dp_size {row.attention_dp}, "
-        f"moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
-    )
+    csv_layout = row.layout_columns
     dp = gpus if attention_dp else 1
     # The CSV's ``batch_size`` is per attention-DP rank (``silicon_concurrency =
     # attention_dp_size x batch_size``, ``agg_workers``) of its multiplied ranks: one

@@ -427,10 +427,7 @@ def inferencemax_trtllm_script_layout(row: SiliconRow) -> SiliconRow:
     gpus = row.tp or 1
     ep, dp = rule(row.isl or 0, row.osl or 0, row.concurrency, gpus)
     ranks = gpus if dp else 1
-    csv_layout = (
-        f"script layout (no image, measured {day}): tp_size {row.tp}, attention_dp_size "
-        f"{row.attention_dp}, moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
-    )
+    csv_layout = f"script layout (no image, measured {day}): {row.layout_columns}"
     return dataclasses.replace(
         row,
         backend_version=INFERENCEMAX_TRTLLM_SCRIPT_IMAGE,

@@ -160,6 +160,15 @@ class SiliconRow:
         """The summary's group: model | system | backend | precision."""
         return f"{self.model_name}|{self.system}|{self.backend}|{self.precision_label}"
 
+    @property
+    def layout_columns(self) -> str:
+        """The CSV's parallel columns as written, for ``csv_layout`` where a rule reads them
+        as another layout."""
+        return (
+            f"tp_size {self.tp}, attention_dp_size {self.attention_dp}, "
+            f"moe_tp_size {self.moe_tp}, moe_ep_size {self.moe_ep}"
+        )
+
 
 def split_of(row_id: str) -> str:
     """``fit`` when the first hex digit of SHA-256(``row_id``) is 0-7, else ``held_out``

@@ -40,8 +40,6 @@ def vllm_data_parallel_layout(row: SiliconRow) -> SiliconRow:
     moe_gpus = (row.moe_tp or 1) * (row.moe_ep or 1)
     if moe_gpus <= attention_gpus or moe_gpus % attention_gpus:
         return row
-    csv_layout = (
-        f"tp_size {row.tp}, attention_dp_size {row.attention_dp}, "
-        f"moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
+    return dataclasses.replace(
+        row, attention_dp=moe_gpus // attention_gpus, csv_layout=row.layout_columns
     )
-    return dataclasses.replace(row, attention_dp=moe_gpus // attention_gpus, csv_layout=csv_layout)
