@@ -7,7 +7,9 @@ import dataclasses
 
 from silicon_rows import planned, silicon_row
 
+from twin.validate.silicon.inferencemax import inferencemax_layout
 from twin.validate.silicon.predict import predict
+from twin.validate.silicon.rows import SiliconRow
 from twin.validate.silicon.vllm_data_parallel import vllm_data_parallel_layout
 
 # The gap-analysis collection's Qwen3-235B-A22B-FP8 H200 vLLM 0.12.0 file, as it writes a
@@ -68,3 +70,55 @@ def test_the_tp_1_rows_fit_as_two_ranks() -> None:
     assert out["twin_ttft_ms"] > 0 and out["twin_tpot_ms"] > 0
     refused = predict(dataclasses.replace(planned(QWEN3), requests=16))  # as written: 1 GPU
     assert "no memory left" in refused["twin_error"]
+
+
+# InferenceMAX's MiniMax-M2.5 fp4 B300 vLLM rows as the db-dump writes a ``{ tp: 2, ep: 2 }``
+# run, with or without dp-attn (``tp_size 2, attention_dp_size 2, moe_ep_size 4``).
+MINIMAX_DP = silicon_row(
+    id="minimaxm2_5_b300_vllm_fp4_agg_1024x1024_c64_cfg727",
+    source="db-dump/2026-04-27; config_id=727; silicon_concurrency=64; "
+    "measured=2026-04-21T00:00:00.000Z; workflow_run_id=798",
+    backend_version="0.19.0",
+    model_path="MiniMaxAI/MiniMax-M2.5",
+    system="b300_sxm",
+    isl=128,
+    osl=16,
+    concurrency=64,
+    batch_size=32,
+    tp=2,
+    pp=1,
+    attention_dp=2,
+    moe_tp=1,
+    moe_ep=4,
+)
+
+
+def test_a_minimax_fp4_dp_attention_configuration_ran_vllm_data_parallel() -> None:
+    dp = inferencemax_layout(MINIMAX_DP)
+    assert (dp.tp, dp.attention_dp, dp.moe_tp, dp.moe_ep, dp.batch_size) == (1, 2, 1, 2, 32)
+    assert dp.csv_layout == "tp_size 2, attention_dp_size 2, moe_tp_size 1, moe_ep_size 4"
+    # the same columns under the EP-only configuration (726), the fp8 B300 script that
+    # has no data-parallel branch (827), or another model: one TP 2 engine
+    for other in (
+        dataclasses.replace(MINIMAX_DP, source=MINIMAX_DP.source.replace("727", "726")),
+        dataclasses.replace(MINIMAX_DP, source=MINIMAX_DP.source.replace("727", "827")),
+        dataclasses.replace(MINIMAX_DP, model_path="openai/gpt-oss-120b"),
+    ):
+        tp = inferencemax_layout(other)
+        assert (tp.tp, tp.attention_dp, tp.moe_tp, tp.moe_ep) == (2, 1, 1, 2)
+
+
+def test_each_data_parallel_rank_holds_its_own_sequences() -> None:
+    # vLLM's max_num_seqs is an engine's: two ranks of 8 run 16 of the 64 clients at once,
+    # one TP 2 engine 8 (the 2,048-client row of config 727 decodes ~1,940 at once).
+    def peak(row: SiliconRow) -> int:
+        plan = planned(inferencemax_layout(row))
+        sets = {**(plan.deployment["sets"] or {}), "max_num_seqs": "8"}
+        out = predict(dataclasses.replace(plan, requests=48, deployment={"sets": sets}))
+        assert "twin_error" not in out, out
+        return int(out["twin_peak_running"])
+
+    assert peak(MINIMAX_DP) == 16
+    assert (
+        peak(dataclasses.replace(MINIMAX_DP, source=MINIMAX_DP.source.replace("727", "726"))) == 8
+    )

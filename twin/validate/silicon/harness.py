@@ -157,6 +157,16 @@ def measured_on(row: SiliconRow) -> str | None:
     return found.group(1) if found else None
 
 
+CONFIG_ID = re.compile(r"config_id=(\d+)")
+
+
+def config_id(row: SiliconRow) -> str | None:
+    """The CI database's configuration that ran ``row`` (``config_id=`` of its source), if
+    it says."""
+    found = CONFIG_ID.search(row.source)
+    return found.group(1) if found else None
+
+
 # InferenceMAX's client sent no warm-up request before InferenceX d053ae24e (2026-01-21,
 # "upstream kimbochen/bench_serving, adding warmup"): ``benchmarks/benchmark_lib.sh``
 # ``run_benchmark_serving`` at d053ae24e^ clones kimbochen/bench_serving and runs it without

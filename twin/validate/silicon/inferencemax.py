@@ -9,6 +9,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from twin.validate.silicon.harness import inferencemax_row, model_named
+from twin.validate.silicon.inferencemax_vllm import inferencemax_vllm_data_parallel
 
 if TYPE_CHECKING:
     from twin.validate.silicon.rows import SiliconRow
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
 # with attention DP, ``attention_dp_size`` tp squared), vLLM as ``attention_dp_size = tp``
 # and ``moe_ep_size`` tp squared. The ids that name their layout (``..._tp8_ep8_1010``)
 # and the configurations agree on the smaller count: ``dsr1-fp4-b200-sglang``'s
-# ``{ tp: 8, ep: 8 }`` runs on one 8-GPU node, not 64 GPUs.
+# ``{ tp: 8, ep: 8 }`` runs on one 8-GPU node, not 64 GPUs. A vLLM run with dp-attn is
+# written as one without; the MiniMax-M2.5 fp4 scripts ran it as vLLM data parallelism
+# (``inferencemax_vllm.inferencemax_vllm_data_parallel``).
 # Every InferenceMAX configuration on a Grace-Blackwell rack is a multinode Dynamo
 # disaggregated one (``dsr1-fp4-gb200-dynamo-trt`` ...: ``multinode: true``, ``disagg:
 # true``, at both commits): its 55 rows the 2026-04-06.csv calls ``agg`` (``tp_size``
@@ -49,7 +52,7 @@ def inferencemax_layout(row: SiliconRow) -> SiliconRow:
     if moe_tp == ep > 1 and tp * dp == ep * ep:  # SGLang and TensorRT-LLM
         gpus, attention_dp = ep, dp > 1
     elif moe_tp == 1 and dp == tp > 1 and ep == tp * tp and row.backend == "vllm":
-        gpus, attention_dp = tp, False
+        gpus, attention_dp = tp, inferencemax_vllm_data_parallel(row)
     else:
         return row
     csv_layout = row.layout_columns

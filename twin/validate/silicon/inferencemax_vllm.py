@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from twin.validate.silicon.harness import inferencemax_row, measured_on, model_named
+from twin.validate.silicon.harness import config_id, inferencemax_row, measured_on, model_named
 
 if TYPE_CHECKING:
     from twin.validate.silicon.rows import SiliconRow
@@ -99,6 +99,37 @@ def inferencemax_vllm_default_kv(row: SiliconRow) -> bool:
         and measured_on(row) is not None
         and not (inferencemax_minimax_flags(row))
     )
+
+
+# InferenceMAX's MiniMax-M2.5 fp4 vLLM scripts run a ``dp-attn: true`` configuration as
+# vLLM data parallelism, ``--tensor-parallel-size=1 --data-parallel-size=$TP
+# --enable-expert-parallel`` (SemiAnalysisAI/InferenceX ``benchmarks/single_node/
+# minimaxm2.5_fp4_b200.sh`` from its first version 79bd988e9, ``minimaxm2.5_fp4_b300.sh``
+# from 22d0f12f7): ``TP`` engines of one GPU, each with vLLM's default 1,024 sequences
+# (above), the experts split over all of them. The fp8 scripts have no such branch
+# (``minimaxm2.5_fp8_b300.sh`` at ed6006eb3 passes ``--tensor-parallel-size=$TP`` whatever
+# ``DP_ATTENTION``). The CSV writes a vLLM ``{ tp, ep: tp }`` run alike with or without
+# dp-attn (``tp_size`` tp, ``attention_dp_size`` tp, ``moe_ep_size`` tp squared:
+# ``inferencemax.inferencemax_layout``), so the run's configuration says which: the CI
+# database's ``config_id`` of a ``dp-attn: true`` entry of ``.github/configs/
+# nvidia-master.yaml`` (from 13962fcfa and 633fd2377, 2026-04-21: fp4 B200 ``{ tp: 2, ep: 2,
+# dp-attn: true, conc-start: 256, conc-end: 1024 }`` at 1k/1k, fp4 B300 the same to 2,048
+# clients and at 512 clients at 8k/1k). Config 707 holds exactly the first entry's points
+# (1k/1k at 256, 512 and 1,024 clients) and 727 the second's (1k/1k at 256-2,048, 8k/1k at
+# 512); their EP-only twins 706 and 726 hold the ``{ tp: 2, ep: 2 }`` entries' (1k/1k at
+# 128-256, 8k/1k at 128-512). Measured: 727's 2,048 clients decode about 1,940 requests at
+# once (Little's law on its 3.73 s TTFT and 66.0 ms TPOT over 1,024 tokens), beyond one
+# engine's 1,024. The fp8 B300 dp-attn configuration (827) ran its script's TP 2 server:
+# its one row, 1,024 clients, measures its EP twin 735's within 0.4%.
+INFERENCEMAX_VLLM_DP_CONFIGS = frozenset({"707", "727"})
+
+
+def inferencemax_vllm_data_parallel(row: SiliconRow) -> bool:
+    """Whether ``row`` ran an InferenceMAX MiniMax-M2.5 vLLM script's data-parallel server
+    (above): one engine a GPU, not one over its TP GPUs."""
+    if not inferencemax_row(row, "vllm") or model_named(row, INFERENCEMAX_MINIMAX) is None:
+        return False
+    return config_id(row) in INFERENCEMAX_VLLM_DP_CONFIGS
 
 
 # The MiniMax-M2.5 fp8 scripts that turn expert parallelism on at ``EP_SIZE`` 1 (``if [

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from twin.errors import TwinError, where
-from twin.validate.silicon.harness import model_named
+from twin.validate.silicon.harness import config_id, model_named
 from twin.validate.silicon.inferencemax import inferencemax_deepseek, inferencemax_layout
 from twin.validate.silicon.inferencemax_trtllm import inferencemax_trtllm_script_layout
 from twin.validate.silicon.inferencemax_vllm import inferencemax_vllm_script_layout
@@ -279,8 +279,6 @@ def mark_copies(rows: Sequence[SiliconRow]) -> list[SiliconRow]:
 COPY_DIGITS = 2
 RUN_DIGITS = 4
 
-_CONFIG_ID = re.compile(r"config_id=(\d+)")
-
 
 def _run_of(row: SiliconRow) -> tuple[object, ...] | None:
     """A measurement at its point, to 0.1 us (:data:`RUN_DIGITS`): the collections repeat a
@@ -301,10 +299,10 @@ def mark_configurations(rows: Sequence[SiliconRow]) -> list[SiliconRow]:
     by_run: dict[tuple[object, ...], set[str]] = {}
     by_point: dict[tuple[object, ...], set[str]] = {}
     for r in rows:
-        found, run = _CONFIG_ID.search(r.source), _run_of(r)
+        found, run = config_id(r), _run_of(r)
         if found and run is not None:
-            by_run.setdefault(run, set()).add(found.group(1))
-            by_point.setdefault(r.run_point, set()).add(found.group(1))
+            by_run.setdefault(run, set()).add(found)
+            by_point.setdefault(r.run_point, set()).add(found)
     out = []
     for r in rows:
         run = _run_of(r)
