@@ -238,7 +238,7 @@ def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -
     TensorRT-LLM configurations; the rows measured on 2026-01-14 (the sweep of the commit
     that added the -mtp ones) ran MTP (3 drafts, 1 with attention DP), with the -mtp
     scripts' token budget; rows of other days run plain, with the 1.1.0rc2 scripts' budget
-    (no 8192 floor)."""
+    (no 8192 floor until the scripts' 2026-01-21 change)."""
     model = get_model("deepseek-r1")
     day = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4; measured="
     row = replace(
@@ -280,6 +280,14 @@ def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -
         "max_batched_tokens": 8192,
         "memory_utilization": 0.8,
     }
+    # ... the same image after the scripts' floor came (InferenceX 64af5a771, 2026-01-21)
+    floored = replace(plain, source=day + "2026-01-28T06:18:44Z")
+    assert sil.deployment(floored, "trtllm") == {
+        "max_batched_tokens": 8192,
+        "memory_utilization": 0.75,
+    }
+    eve = replace(plain, source=day + "2026-01-21T12:00:00Z")  # the commit came at 23:05
+    assert sil.deployment(eve, "trtllm")["max_batched_tokens"] == 1152
 
 
 def test_inferencemax_deepseek_trtllm_attention_dp_rows_run_their_scripts_limits() -> None:

@@ -21,7 +21,6 @@ from twin.validate.silicon.inferencemax_sglang import (
 from twin.validate.silicon.inferencemax_trtllm import (
     INFERENCEMAX_TRTLLM_BLOCK,
     INFERENCEMAX_TRTLLM_FLOOR,
-    INFERENCEMAX_TRTLLM_NO_FLOOR,
     INFERENCEMAX_TRTLLM_TOKENS,
     inferencemax_adp_balance,
     inferencemax_batch_wait,
@@ -30,6 +29,7 @@ from twin.validate.silicon.inferencemax_trtllm import (
     inferencemax_mtp_batch,
     inferencemax_mtp_drafts,
     inferencemax_trtllm_fp4_moe_backend,
+    inferencemax_trtllm_token_floor,
 )
 from twin.validate.silicon.inferencemax_vllm import inferencemax_vllm, inferencemax_vllm_build
 
@@ -83,7 +83,7 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
         limits = {"max_batched_tokens": -(-tokens // block) * block, "max_running": batch}
         return {**limits, **memory, **({"sets": balance} if balance else {})}
     tokens = -(-(conc + row.isl + 64) // block) * block
-    if row.backend_version not in INFERENCEMAX_TRTLLM_NO_FLOOR:
+    if inferencemax_trtllm_token_floor(row):
         tokens = max(tokens, INFERENCEMAX_TRTLLM_FLOOR)
     sets = {**inferencemax_deepseek_batch_wait(row), **balance}
     return {"max_batched_tokens": tokens, **memory, **({"sets": sets} if sets else {})}

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 # (``dsr1_fp{4,8}_b200_trt_mtp.sh``) ``((MTP + 1) x MAX_BATCH_SIZE + ISL + 64)`` rounded up
 # to 64 with no floor, ``--max_batch_size`` MAX_BATCH_SIZE = CONC without attention DP;
 # whole contexts (chunked prefill left off); the 1.1.0rc2.post2 rows' scripts had no 8192
-# floor (``INFERENCEMAX_TRTLLM_NO_FLOOR``, below). Other models: the engine's defaults.
+# floor until 2026-01-21 (``inferencemax_trtllm_token_floor``, below). Other models: the
+# engine's defaults.
 INFERENCEMAX_TRTLLM_TOKENS = {"Llama-3.1-70B": 16384, "gpt-oss-120b": 20000}
 INFERENCEMAX_TRTLLM_BLOCK = 64
 INFERENCEMAX_TRTLLM_FLOOR = 8192  # the plain scripts' MAX_NUM_TOKENS floor
@@ -212,7 +213,25 @@ INFERENCEMAX_DEEPSEEK_BATCH_WAIT = {
     "batch_wait_timeout_iters": "40",
     "batch_wait_max_tokens_ratio": "0.8",
 }
-INFERENCEMAX_TRTLLM_NO_FLOOR = frozenset({"1.1.0rc2.post2"})  # scripts without the floor
+# The plain DeepSeek-R1 scripts' ``MAX_NUM_TOKENS`` floor of 8,192 came with InferenceX
+# 64af5a771 (2026-01-21 23:05 UTC, "Adding evals after throughput benchmarks", #258:
+# ``dsr1_fp4_b200_trt_slurm.sh``, ``dsr1_fp8_b200_trt_slurm.sh``,
+# ``dsr1_fp8_h200_trt_slurm.sh``); before it ``(CONC + ISL + 64)`` rounded up to 64 stood
+# alone. The 1.1.0rc2.post2 image ran on both sides of that day: its H200 fp8 rows of
+# 2026-01-28 (1k/8k at 64 and 256 clients) ran the floor (``dsr1_fp8_h200_trt.sh`` at
+# e28c038f8, 2026-01-27), its earlier rows did not.
+INFERENCEMAX_TRTLLM_NO_FLOOR = frozenset({"1.1.0rc2.post2"})  # images run without the floor
+INFERENCEMAX_TRTLLM_FLOOR_FROM = "2026-01-22"  # the first whole day after 64af5a771
+
+
+def inferencemax_trtllm_token_floor(row: SiliconRow) -> bool:
+    """Whether ``row``'s plain InferenceMAX DeepSeek-R1 TensorRT-LLM script floored
+    ``MAX_NUM_TOKENS`` at :data:`INFERENCEMAX_TRTLLM_FLOOR` (above): every image but
+    1.1.0rc2.post2, and that one from the day the floor came."""
+    if row.backend_version not in INFERENCEMAX_TRTLLM_NO_FLOOR:
+        return True
+    day = measured_on(row)
+    return day is not None and day >= INFERENCEMAX_TRTLLM_FLOOR_FROM
 
 
 # The KV pool share every InferenceMAX DeepSeek-R1 TensorRT-LLM script writes
@@ -367,8 +386,8 @@ def inferencemax_deepseek_batch_wait(row: SiliconRow) -> dict[str, str]:
 # - fp8 H200: ``EP_SIZE=TP`` always (CUTLASS); attention DP above 64 clients at 1k/1k and
 #   1k/8k, above 32 at 8k/1k;
 # and ``MAX_NUM_TOKENS=(CONC + ISL + 64)`` rounded up to 64 with no 8192 floor (the
-# 1.1.0rc2.post2 scripts: ``INFERENCEMAX_TRTLLM_NO_FLOOR``). These rows are read as that
-# image and layout (:func:`inferencemax_trtllm_script_layout`).
+# 1.1.0rc2.post2 scripts of those days: ``inferencemax_trtllm_token_floor``). These rows
+# are read as that image and layout (:func:`inferencemax_trtllm_script_layout`).
 INFERENCEMAX_SEARCH_SPACE_DAY = "2025-11-03"
 INFERENCEMAX_TRTLLM_SCRIPT_IMAGE = "1.1.0rc2.post2"
 
