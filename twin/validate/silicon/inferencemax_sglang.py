@@ -411,12 +411,21 @@ def inferencemax_prompt_scale(row: SiliconRow) -> float:
 # ``nvidia/DeepSeek-R1-0528-FP4`` (the fp4 SGLang job's model in ``dsr1-tmpl.yml`` until
 # 17d5e204f, 2025-11-03, whose ``dsr1-fp4-b200-sglang`` names ``nvidia/DeepSeek-R1-0528-FP4-V2``,
 # which the test misses: ``CONC x 10``), and no ``--num-warmups``. The ``b200`` runner label
-# named only those Docker nodes until ea181ae6d (2025-12-31) let DeepSeek SGLang run on the
-# Slurm nodes (``runners.yaml``, ``dsr1_fp{4,8}_b200_slurm.sh``, not read). (Read by helper
+# named only those Docker nodes until ea181ae6d (2025-12-31 06:18 UTC) let DeepSeek SGLang
+# run on the Slurm nodes too (``runners.yaml``: the four ``b200-nv``/``b200-nb`` nodes beside
+# the six Docker ones; ``launch_b200-nv.sh`` -> ``dsr1_fp8_b200_slurm.sh``: ``CONC x 10``);
+# the Docker nodes stayed in the label (``b200-nvd_*`` to 3858fefd2, 2026-01-12, the two
+# ``b200-dgxc`` after) and their launchers sent ``CONC x 50`` until d053ae24e, the day the
+# client's warm-up came (``harness.INFERENCEMAX_WARMUP_FROM``). Which kind of node ran a
+# row of 2025-12-31 to 2026-01-20 the data does not say (``benchmark-tmpl.yml`` ``runs-on``
+# the label; the result file's runner name is not in the CSV); its one SGLang row, the fit
+# row ``..._8192x1024_c64_tp8_0_ep1_0_1288`` (image v0.5.6, 2025-12-31 15:18), reads as a
+# Docker node: TTFT 21.9% at 50 rounds against 175.7% at 10 (helper ``audit-sgl``,
+# session 42; docs/decisions.md), so the window runs to that day. (Read by helper
 # ``sgl-ds``, session 26; docs/decisions.md. It lands with the cold start below, without
 # which it moved the rows away from their measurements: more rounds dilute a stall the twin
 # did not have.)
-INFERENCEMAX_B200_DOCKER_ROUNDS = ("2025-10-06", "2025-12-31")
+INFERENCEMAX_B200_DOCKER_ROUNDS = ("2025-10-06", "2026-01-21")
 INFERENCEMAX_FP4_V2_FROM = "2025-11-03"
 
 
