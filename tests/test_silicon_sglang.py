@@ -261,8 +261,8 @@ def test_inferencemax_sglang_b200_0506_rows_ran_the_v055_eras_scripts() -> None:
     image v0.5.6 with the v0.5.5 era's scripts and search spaces: a B200 row of release
     0.5.6 runs ``dsr1_fp8_b200_{docker,slurm}.sh``'s flags (tp 8 at 4-64 clients: 128
     requests, 0.82, 32768 chunk and prefill tokens) or the fp4 script's (256, 0.85,
-    16384); outside the search spaces, on H200, or in another collection: SGLang's
-    defaults."""
+    16384); outside the search spaces, on H200 (its v0.5.6 script not read: the CSV has no
+    such row), or in another collection: SGLang's defaults."""
     src = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=64; "
     row = replace(
         _inferencemax_r1(
