@@ -256,6 +256,41 @@ def test_inferencemax_sglang_rows_without_a_release_ran_a_release_before_0510() 
         assert sil.deployment(other, "sglang") == {}
 
 
+def test_inferencemax_sglang_b200_0506_rows_ran_the_v055_eras_scripts() -> None:
+    """InferenceX d27433dff (2025-12-31) moved the B200 DeepSeek SGLang configurations to
+    image v0.5.6 with the v0.5.5 era's scripts and search spaces: a B200 row of release
+    0.5.6 runs ``dsr1_fp8_b200_{docker,slurm}.sh``'s flags (tp 8 at 4-64 clients: 128
+    requests, 0.82, 32768 chunk and prefill tokens) or the fp4 script's (256, 0.85,
+    16384); outside the search spaces, on H200 (its v0.5.6 script not read: the CSV has no
+    such row), or in another collection: SGLang's defaults."""
+    src = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=64; "
+    row = replace(
+        _inferencemax_r1(
+            backend="sglang", backend_version="0.5.6", precision="fp8", tp=8, isl=8192, osl=1024
+        ),
+        concurrency=64,
+        source=src
+        + "measured=2025-12-31T15:18:00Z; wip=False; image=lmsysorg/sglang:v0.5.6-cu129-amd64",
+    )
+    sets = sil.deployment(row, "sglang")["sets"]
+    assert sets == {
+        "max_running_requests": "128",
+        "mem_fraction_static": "0.82",
+        "chunked_prefill_size": "32768",
+        "max_prefill_tokens": "32768",
+        "scheduler_recv_interval": "30",
+        "disable_radix_cache": "true",
+    }
+    fp4 = replace(row, precision="fp4", tp=4, concurrency=128)
+    assert sil.deployment(fp4, "sglang")["sets"]["max_running_requests"] == "256"
+    assert sil.deployment(replace(fp4, tp=8), "sglang") == {}  # tp 8 at 8k/1k: to 16
+    assert sil.deployment(replace(row, concurrency=128), "sglang") == {}  # fp8 to 64
+    assert sil.deployment(replace(row, tp=4), "sglang") == {}  # fp8: tp 8 only
+    assert sil.deployment(replace(row, system="h200_sxm"), "sglang") == {}
+    other = replace(row, source="/x/aic-auto-gap-analysis/y.csv; measured=2025-12-31")
+    assert sil.deployment(other, "sglang") == {}
+
+
 def test_inferencemax_scripts_flags_turn_sglang_0510_piecewise_graphs_off() -> None:
     """InferenceMAX's B200/B300 DeepSeek scripts pass ``--moe-runner-backend
     flashinfer_trtllm`` (and the fp4 ones ``--enable-symm-mem``), under which SGLang

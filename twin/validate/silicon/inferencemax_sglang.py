@@ -60,7 +60,18 @@ if TYPE_CHECKING:
 #   v0.5.3rc1-cu129-b200): ``tp-list [4,8]``, ``conc-list [4, 8, 16, 32, 64, 128]`` over
 #   every length, the same script (4b860b78e: 256, 0.85, 16384, the same polling), so the
 #   2025-11-02 rows at tp 8, 8k/1k, 32-128 clients ran it too.
+# - B200 rows of release 0.5.6 (:data:`INFERENCEMAX_SGLANG_B200_0506`): d27433dff
+#   (2025-12-31 15:17 UTC, #276) moved both B200 configurations (and H200's) from image
+#   v0.5.5-cu129-amd64 to lmsysorg/sglang:v0.5.6-cu129-amd64, their search spaces as the
+#   v0.5.5 era's (fp4: tp 4 and 8 at 4-128 clients, tp 8 at 8k/1k to 16; fp8: tp 8 at 4-64
+#   over all three lengths), until 12ba0ae07 (2026-03-25) moved them to v0.5.9. The
+#   scripts at d27433dff are that era's: ``benchmarks/dsr1_fp8_b200_docker.sh`` and
+#   ``dsr1_fp8_b200_slurm.sh`` (the ``b200`` label named both node kinds from ea181ae6d,
+#   that morning) ``--max-running-requests 128 --mem-fraction-static 0.82
+#   --chunked-prefill-size 32768 --max-prefill-tokens 32768``, the same polling;
+#   ``dsr1_fp4_b200_{docker,slurm}.sh`` 256, 0.85, 16384. So they read as the unnamed rows.
 INFERENCEMAX_SGLANG_VERSION = "0.5.9"
+INFERENCEMAX_SGLANG_B200_0506 = "0.5.6"
 INFERENCEMAX_FP4_SEARCH_SPACE_DAY = "2025-11-03"  # 17d5e204f (above)
 INFERENCEMAX_SGLANG_B300 = "0.5.10.post1"
 # The day InferenceMAX's configurations first name an SGLang 0.5.10 image (6cb8291,
@@ -400,12 +411,21 @@ def inferencemax_prompt_scale(row: SiliconRow) -> float:
 # ``nvidia/DeepSeek-R1-0528-FP4`` (the fp4 SGLang job's model in ``dsr1-tmpl.yml`` until
 # 17d5e204f, 2025-11-03, whose ``dsr1-fp4-b200-sglang`` names ``nvidia/DeepSeek-R1-0528-FP4-V2``,
 # which the test misses: ``CONC x 10``), and no ``--num-warmups``. The ``b200`` runner label
-# named only those Docker nodes until ea181ae6d (2025-12-31) let DeepSeek SGLang run on the
-# Slurm nodes (``runners.yaml``, ``dsr1_fp{4,8}_b200_slurm.sh``, not read). (Read by helper
+# named only those Docker nodes until ea181ae6d (2025-12-31 06:18 UTC) let DeepSeek SGLang
+# run on the Slurm nodes too (``runners.yaml``: the four ``b200-nv``/``b200-nb`` nodes beside
+# the six Docker ones; ``launch_b200-nv.sh`` -> ``dsr1_fp8_b200_slurm.sh``: ``CONC x 10``);
+# the Docker nodes stayed in the label (``b200-nvd_*`` to 3858fefd2, 2026-01-12, the two
+# ``b200-dgxc`` after) and their launchers sent ``CONC x 50`` until d053ae24e, the day the
+# client's warm-up came (``harness.INFERENCEMAX_WARMUP_FROM``). Which kind of node ran a
+# row of 2025-12-31 to 2026-01-20 the data does not say (``benchmark-tmpl.yml`` ``runs-on``
+# the label; the result file's runner name is not in the CSV); its one SGLang row, the fit
+# row ``..._8192x1024_c64_tp8_0_ep1_0_1288`` (image v0.5.6, 2025-12-31 15:18), reads as a
+# Docker node: TTFT 21.9% at 50 rounds against 175.7% at 10 (helper ``audit-sgl``,
+# session 42; docs/decisions.md), so the window runs to that day. (Read by helper
 # ``sgl-ds``, session 26; docs/decisions.md. It lands with the cold start below, without
 # which it moved the rows away from their measurements: more rounds dilute a stall the twin
 # did not have.)
-INFERENCEMAX_B200_DOCKER_ROUNDS = ("2025-10-06", "2025-12-31")
+INFERENCEMAX_B200_DOCKER_ROUNDS = ("2025-10-06", "2026-01-21")
 INFERENCEMAX_FP4_V2_FROM = "2025-11-03"
 
 
@@ -467,7 +487,9 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     if not inferencemax_deepseek(row):
         return {}
     b300 = row.system == "b300_sxm" and row.backend_version == INFERENCEMAX_SGLANG_B300
-    unnamed = row.system == "b200_sxm" and inferencemax_sglang_unnamed(row)
+    v0506 = row.backend_version == INFERENCEMAX_SGLANG_B200_0506 and inferencemax_row(row)
+    # the v0.5.5 and v0.5.6 images ran the same scripts (above)
+    unnamed = row.system == "b200_sxm" and (inferencemax_sglang_unnamed(row) or v0506)
     if row.backend_version != INFERENCEMAX_SGLANG_VERSION and not (b300 or unnamed):
         return {}
     if row.system == "b300_sxm" and not b300:  # no B300 configuration of 0.5.9
@@ -480,7 +502,7 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     blackwell = row.system in ("b200_sxm", "b300_sxm")
     if blackwell and row.precision == "fp4":
         # before the search space the job ran 4-128 clients over every length (above)
-        early = unnamed and (measured_on(row) or "") < INFERENCEMAX_FP4_SEARCH_SPACE_DAY
+        early = (measured_on(row) or "9") < INFERENCEMAX_FP4_SEARCH_SPACE_DAY and unnamed
         top = 16 if tp == 8 and long_prompt and not early else 128
         if tp not in (4, 8) or conc > top:
             return {}
