@@ -83,13 +83,29 @@ INFERENCEMAX_MINIMAX_CAPTURE = 2048
 # to 626932a11, H100 ac0d2a853 to 626932a11). The B300 scripts pass ``fp8`` from their
 # first version.
 INFERENCEMAX_MINIMAX_AUTO_KV_SYSTEMS = frozenset({"h100_sxm", "h200_sxm"})
+# InferenceMAX's B200 gpt-oss-120b vLLM script passed no ``kv-cache-dtype`` until "Upgrade
+# vLLM to v0.11.2" (SemiAnalysisAI/InferenceX 25506e87c, 2025-12-05, "Use FP8 kv-cache for
+# GPT-OSS B200": ``kv-cache-dtype: fp8`` added to ``benchmarks/gptoss_fp4_b200_docker.sh``'s
+# ``config.yaml``; the version the 2025-11-02 rows ran, 4b860b78e / e06929c70, has none), so
+# the rows measured before it ran vLLM's ``auto``: the checkpoint's bf16
+# (``openai/gpt-oss-120b`` names no KV quantisation). The Hopper scripts never name one.
+INFERENCEMAX_GPTOSS_B200_FP8_KV_FROM = "2025-12-05"
+
+
+def _gptoss_b200_default_kv(row: SiliconRow) -> bool:
+    if row.system != "b200_sxm" or model_named(row, ("gpt-oss-120b",)) is None:
+        return False
+    day = measured_on(row)
+    return day is not None and day < INFERENCEMAX_GPTOSS_B200_FP8_KV_FROM
 
 
 def inferencemax_vllm_default_kv(row: SiliconRow) -> bool:
-    """Whether ``row`` ran an InferenceMAX MiniMax-M2.5 fp8 vLLM script that names no KV
-    cache dtype (above)."""
+    """Whether ``row`` ran an InferenceMAX vLLM script that names no KV cache dtype: a
+    MiniMax-M2.5 fp8 one or the B200 gpt-oss-120b one before 2025-12-05 (above)."""
     if not inferencemax_row(row, "vllm"):
         return False
+    if _gptoss_b200_default_kv(row):
+        return True
     if model_named(row, INFERENCEMAX_MINIMAX) is None or (row.precision or "").lower() != "fp8":
         return False
     if row.system in INFERENCEMAX_MINIMAX_AUTO_KV_SYSTEMS:
