@@ -164,12 +164,43 @@ INFERENCEMAX_MINIMAX_EP_DAYS = {
 }
 
 
+# InferenceMAX's Kimi-K2.5 fp4 B200 vLLM script never turns expert parallelism on: every
+# version of ``benchmarks/single_node/kimik2.5_fp4_b200.sh`` (SemiAnalysisAI/InferenceX,
+# from its first, a58dedd5a 2026-03-11, through 64c20b6b5, 79a42e20a, 626932a11 and
+# 6c3acebfa) passes ``--tensor-parallel-size=$TP`` and no ``--enable-expert-parallel``,
+# whatever the workflow's ``EP_SIZE``; its configuration ``kimik2.5-fp4-b200-vllm`` of
+# ``.github/configs/nvidia-master.yaml`` (79a42e20a) names ``{ tp: 4, ep: 4 }``, which the
+# CSV writes as experts split over the four ranks. vLLM 0.17.0 ``fused_moe/config.py``
+# ``FusedMoEParallelConfig.make``: without ``enable_expert_parallel`` the experts are
+# tensor-parallel (MoE TP = TP, EP 1), each rank a quarter of every expert. The B300 rows
+# measured 2026-04-03 ran before any B300 Kimi script (``kimik2.5_fp4_b300.sh`` from
+# a35e53694, 2026-04-17; no EP flag in any version either): their script was not found,
+# so they keep the CSV's layout, as do rows with no day (``kimi-k2.5-gap-analysis.csv``).
+INFERENCEMAX_KIMI_TP_EXPERTS_FROM = {("b200_sxm", "fp4"): "2026-03-11"}
+
+
+def _kimi_tp_experts(row: SiliconRow) -> SiliconRow:
+    tp = row.tp or 1
+    if tp < 2 or (row.attention_dp or 1, row.moe_tp or 1, row.moe_ep or 1) != (1, 1, tp):
+        return row
+    if not _flags_from(row, INFERENCEMAX_KIMI, INFERENCEMAX_KIMI_TP_EXPERTS_FROM):
+        return row
+    csv_layout = (
+        f"script layout (no --enable-expert-parallel, measured {measured_on(row)}): tp_size "
+        f"{row.tp}, moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
+    )
+    return dataclasses.replace(row, moe_tp=tp, moe_ep=1, csv_layout=csv_layout)
+
+
 def inferencemax_vllm_script_layout(row: SiliconRow) -> SiliconRow:
     """``row`` with the experts split over its TP ranks where its InferenceMAX MiniMax-M2.5
-    fp8 vLLM script turned expert parallelism on at ``EP_SIZE`` 1 (above); unchanged
-    otherwise. The CSV's columns stay in ``csv_layout``."""
+    fp8 vLLM script turned expert parallelism on at ``EP_SIZE`` 1, and tensor-parallel
+    where its Kimi-K2.5 fp4 B200 script never turned it on (above); unchanged otherwise.
+    The CSV's columns stay in ``csv_layout``."""
     if not inferencemax_row(row, "vllm") or row.mode != "agg":
         return row
+    if model_named(row, INFERENCEMAX_KIMI) is not None:
+        return _kimi_tp_experts(row)
     if model_named(row, INFERENCEMAX_MINIMAX) is None or (row.precision or "").lower() != "fp8":
         return row
     days, day, tp = INFERENCEMAX_MINIMAX_EP_DAYS.get(row.system), measured_on(row), row.tp or 1
