@@ -25,7 +25,8 @@ def _kimi(day: str | None, **fields: object) -> sil.SiliconRow:
 
 
 def test_the_b200_fp4_script_runs_tensor_parallel_experts():
-    for day in ("2026-03-11", "2026-03-27", "2026-04-20"):
+    # every version of the script, and the gap-analysis copies with no day
+    for day in ("2026-03-11", "2026-03-27", "2026-04-20", None):
         row = inferencemax_vllm_script_layout(_kimi(day))
         assert (row.tp, row.moe_tp, row.moe_ep) == (4, 4, 1)
         assert "no --enable-expert-parallel" in row.csv_layout
@@ -34,10 +35,11 @@ def test_the_b200_fp4_script_runs_tensor_parallel_experts():
 def test_rows_whose_script_was_not_found_keep_the_csv_layout():
     kept = (
         _kimi("2026-04-03", system="b300_sxm"),  # before any B300 Kimi script
-        _kimi(None),  # no day
         _kimi("2026-03-27", precision="int4"),  # another script
         _kimi("2026-03-27", moe_tp=4, moe_ep=1),  # tensor-parallel already
-        dataclasses.replace(_kimi("2026-03-27"), source="x; measured=2026-03-27"),  # not InferenceMAX
+        dataclasses.replace(
+            _kimi("2026-03-27"), source="x; measured=2026-03-27"
+        ),  # not InferenceMAX
     )
     for row in kept:
         assert inferencemax_vllm_script_layout(row) is row

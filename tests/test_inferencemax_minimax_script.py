@@ -84,7 +84,9 @@ def test_the_b200_gpt_oss_script_named_no_kv_dtype_before_its_v0_11_2_upgrade():
     assert not inferencemax_vllm_default_kv(_gptoss_b200("2025-11-02", system="h200_sxm"))
     # a row with no day, or another collection's: unchanged
     assert not inferencemax_vllm_default_kv(_gptoss_b200("2025-11-02", source=GPTOSS))
-    assert not inferencemax_vllm_default_kv(_gptoss_b200("2025-11-02", source="x; measured=2025-11-02"))
+    assert not inferencemax_vllm_default_kv(
+        _gptoss_b200("2025-11-02", source="x; measured=2025-11-02")
+    )
 
 
 def test_a_planned_b200_gpt_oss_row_of_november_2025_runs_a_bf16_cache():

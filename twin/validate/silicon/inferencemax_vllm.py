@@ -175,18 +175,20 @@ INFERENCEMAX_MINIMAX_EP_DAYS = {
 # tensor-parallel (MoE TP = TP, EP 1), each rank a quarter of every expert. The B300 rows
 # measured 2026-04-03 ran before any B300 Kimi script (``kimik2.5_fp4_b300.sh`` from
 # a35e53694, 2026-04-17; no EP flag in any version either): their script was not found,
-# so they keep the CSV's layout, as do rows with no day (``kimi-k2.5-gap-analysis.csv``).
-INFERENCEMAX_KIMI_TP_EXPERTS_FROM = {("b200_sxm", "fp4"): "2026-03-11"}
+# so they keep the CSV's layout. Keyed by script, not day: the B200 rows with no day
+# (``kimi-k2.5-gap-analysis.csv``) are copies of the dated ones (``tests/
+# test_silicon_deployment.py``), so they ran the same script.
+INFERENCEMAX_KIMI_TP_EXPERTS = frozenset({("b200_sxm", "fp4")})
 
 
 def _kimi_tp_experts(row: SiliconRow) -> SiliconRow:
     tp = row.tp or 1
     if tp < 2 or (row.attention_dp or 1, row.moe_tp or 1, row.moe_ep or 1) != (1, 1, tp):
         return row
-    if not _flags_from(row, INFERENCEMAX_KIMI, INFERENCEMAX_KIMI_TP_EXPERTS_FROM):
+    if (row.system, (row.precision or "").lower()) not in INFERENCEMAX_KIMI_TP_EXPERTS:
         return row
     csv_layout = (
-        f"script layout (no --enable-expert-parallel, measured {measured_on(row)}): tp_size "
+        f"script layout (kimik2.5_fp4_b200.sh: no --enable-expert-parallel): tp_size "
         f"{row.tp}, moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
     )
     return dataclasses.replace(row, moe_tp=tp, moe_ep=1, csv_layout=csv_layout)
