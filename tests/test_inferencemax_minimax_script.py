@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from silicon_rows import MINIMAX_DUMP, minimax_row, planned
+from silicon_rows import MINIMAX_DUMP, minimax_row, planned, silicon_row
 
 from twin.validate import silicon as sil
 from twin.validate.silicon.inferencemax_vllm import (
@@ -64,3 +64,33 @@ def test_a_planned_row_of_the_early_b200_script_runs_a_bf16_cache():
     # another collection's vLLM row keeps the pairing (no script read)
     other = planned(_minimax("2026-03-11", source="aiperf", backend_version="0.12.0"))
     assert "fp8 KV" in other.precision and "aiconfigurator's pairing" in other.precision
+
+
+# InferenceMAX's B200 gpt-oss-120b vLLM row as the CSV writes it (2026-04-06.csv: no release)
+GPTOSS = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=32; measured="
+
+
+def _gptoss_b200(day: str, **fields: object) -> sil.SiliconRow:
+    source = f"{GPTOSS}{day}T00:00:00.000Z; wip=False"
+    base = {"source": source, "system": "b200_sxm", "backend_version": "", "tp": 8}
+    return silicon_row(**{**base, "isl": 1024, "osl": 1024, "concurrency": 32, **fields})
+
+
+def test_the_b200_gpt_oss_script_named_no_kv_dtype_before_its_v0_11_2_upgrade():
+    # kv-cache-dtype: fp8 came with InferenceX 25506e87c (2025-12-05)
+    assert inferencemax_vllm_default_kv(_gptoss_b200("2025-11-02"))
+    assert not inferencemax_vllm_default_kv(_gptoss_b200("2026-02-25", backend_version="0.15.1"))
+    # the Hopper scripts never name one, but their pairing is bf16 already: not this rule
+    assert not inferencemax_vllm_default_kv(_gptoss_b200("2025-11-02", system="h200_sxm"))
+    # a row with no day, or another collection's: unchanged
+    assert not inferencemax_vllm_default_kv(_gptoss_b200("2025-11-02", source=GPTOSS))
+    assert not inferencemax_vllm_default_kv(
+        _gptoss_b200("2025-11-02", source="x; measured=2025-11-02")
+    )
+
+
+def test_a_planned_b200_gpt_oss_row_of_november_2025_runs_a_bf16_cache():
+    pytest.importorskip("aiconfigurator_core")
+    plan = planned(_gptoss_b200("2025-11-02"))
+    assert "bf16 KV" in plan.precision and "vllm's --kv-cache-dtype auto" in plan.precision
+    assert "fp8 KV" in planned(_gptoss_b200("2026-02-25", backend_version="0.15.1")).precision

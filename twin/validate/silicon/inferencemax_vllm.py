@@ -83,13 +83,29 @@ INFERENCEMAX_MINIMAX_CAPTURE = 2048
 # to 626932a11, H100 ac0d2a853 to 626932a11). The B300 scripts pass ``fp8`` from their
 # first version.
 INFERENCEMAX_MINIMAX_AUTO_KV_SYSTEMS = frozenset({"h100_sxm", "h200_sxm"})
+# InferenceMAX's B200 gpt-oss-120b vLLM script passed no ``kv-cache-dtype`` until "Upgrade
+# vLLM to v0.11.2" (SemiAnalysisAI/InferenceX 25506e87c, 2025-12-05, "Use FP8 kv-cache for
+# GPT-OSS B200": ``kv-cache-dtype: fp8`` added to ``benchmarks/gptoss_fp4_b200_docker.sh``'s
+# ``config.yaml``; the version the 2025-11-02 rows ran, 4b860b78e / e06929c70, has none), so
+# the rows measured before it ran vLLM's ``auto``: the checkpoint's bf16
+# (``openai/gpt-oss-120b`` names no KV quantisation). The Hopper scripts never name one.
+INFERENCEMAX_GPTOSS_B200_FP8_KV_FROM = "2025-12-05"
+
+
+def _gptoss_b200_default_kv(row: SiliconRow) -> bool:
+    if row.system != "b200_sxm" or model_named(row, ("gpt-oss-120b",)) is None:
+        return False
+    day = measured_on(row)
+    return day is not None and day < INFERENCEMAX_GPTOSS_B200_FP8_KV_FROM
 
 
 def inferencemax_vllm_default_kv(row: SiliconRow) -> bool:
-    """Whether ``row`` ran an InferenceMAX MiniMax-M2.5 fp8 vLLM script that names no KV
-    cache dtype (above)."""
+    """Whether ``row`` ran an InferenceMAX vLLM script that names no KV cache dtype: a
+    MiniMax-M2.5 fp8 one or the B200 gpt-oss-120b one before 2025-12-05 (above)."""
     if not inferencemax_row(row, "vllm"):
         return False
+    if _gptoss_b200_default_kv(row):
+        return True
     if model_named(row, INFERENCEMAX_MINIMAX) is None or (row.precision or "").lower() != "fp8":
         return False
     if row.system in INFERENCEMAX_MINIMAX_AUTO_KV_SYSTEMS:
@@ -148,12 +164,45 @@ INFERENCEMAX_MINIMAX_EP_DAYS = {
 }
 
 
+# InferenceMAX's Kimi-K2.5 fp4 B200 vLLM script never turns expert parallelism on: every
+# version of ``benchmarks/single_node/kimik2.5_fp4_b200.sh`` (SemiAnalysisAI/InferenceX,
+# from its first, a58dedd5a 2026-03-11, through 64c20b6b5, 79a42e20a, 626932a11 and
+# 6c3acebfa) passes ``--tensor-parallel-size=$TP`` and no ``--enable-expert-parallel``,
+# whatever the workflow's ``EP_SIZE``; its configuration ``kimik2.5-fp4-b200-vllm`` of
+# ``.github/configs/nvidia-master.yaml`` (79a42e20a) names ``{ tp: 4, ep: 4 }``, which the
+# CSV writes as experts split over the four ranks. vLLM 0.17.0 ``fused_moe/config.py``
+# ``FusedMoEParallelConfig.make``: without ``enable_expert_parallel`` the experts are
+# tensor-parallel (MoE TP = TP, EP 1), each rank a quarter of every expert. The B300 rows
+# measured 2026-04-03 ran before any B300 Kimi script (``kimik2.5_fp4_b300.sh`` from
+# a35e53694, 2026-04-17; no EP flag in any version either): their script was not found,
+# so they keep the CSV's layout. Keyed by script, not day: the B200 rows with no day
+# (``kimi-k2.5-gap-analysis.csv``) are copies of the dated ones (``tests/
+# test_silicon_deployment.py``), so they ran the same script.
+INFERENCEMAX_KIMI_TP_EXPERTS = frozenset({("b200_sxm", "fp4")})
+
+
+def _kimi_tp_experts(row: SiliconRow) -> SiliconRow:
+    tp = row.tp or 1
+    if tp < 2 or (row.attention_dp or 1, row.moe_tp or 1, row.moe_ep or 1) != (1, 1, tp):
+        return row
+    if (row.system, (row.precision or "").lower()) not in INFERENCEMAX_KIMI_TP_EXPERTS:
+        return row
+    csv_layout = (
+        f"script layout (kimik2.5_fp4_b200.sh: no --enable-expert-parallel): tp_size "
+        f"{row.tp}, moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
+    )
+    return dataclasses.replace(row, moe_tp=tp, moe_ep=1, csv_layout=csv_layout)
+
+
 def inferencemax_vllm_script_layout(row: SiliconRow) -> SiliconRow:
     """``row`` with the experts split over its TP ranks where its InferenceMAX MiniMax-M2.5
-    fp8 vLLM script turned expert parallelism on at ``EP_SIZE`` 1 (above); unchanged
-    otherwise. The CSV's columns stay in ``csv_layout``."""
+    fp8 vLLM script turned expert parallelism on at ``EP_SIZE`` 1, and tensor-parallel
+    where its Kimi-K2.5 fp4 B200 script never turned it on (above); unchanged otherwise.
+    The CSV's columns stay in ``csv_layout``."""
     if not inferencemax_row(row, "vllm") or row.mode != "agg":
         return row
+    if model_named(row, INFERENCEMAX_KIMI) is not None:
+        return _kimi_tp_experts(row)
     if model_named(row, INFERENCEMAX_MINIMAX) is None or (row.precision or "").lower() != "fp8":
         return row
     days, day, tp = INFERENCEMAX_MINIMAX_EP_DAYS.get(row.system), measured_on(row), row.tp or 1
