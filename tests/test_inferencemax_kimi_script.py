@@ -10,6 +10,7 @@ import pytest
 from silicon_rows import planned, silicon_row
 
 from twin.validate import silicon as sil
+from twin.validate.silicon.inferencemax import inferencemax_layout
 from twin.validate.silicon.inferencemax_vllm import inferencemax_vllm_script_layout
 
 CSV = "source_file=2026-04-06.csv; model=Kimi-K2.5; silicon_concurrency=16; measured="
@@ -30,6 +31,15 @@ def test_the_b200_fp4_script_runs_tensor_parallel_experts():
         row = inferencemax_vllm_script_layout(_kimi(day))
         assert (row.tp, row.moe_tp, row.moe_ep) == (4, 4, 1)
         assert "no --enable-expert-parallel" in row.csv_layout
+        assert row.csv_layout.endswith(
+            "tp_size 4, attention_dp_size 1, moe_tp_size 1, moe_ep_size 4"
+        )  # the CSV's columns, as written
+    # the 2026-04-06.csv's form of { tp: 4, ep: 4 }, read by inferencemax_layout first:
+    # the columns as that CSV wrote them are kept
+    written = _kimi("2026-03-27", attention_dp=4, moe_ep=16)
+    row = inferencemax_vllm_script_layout(inferencemax_layout(written))
+    assert (row.tp, row.attention_dp, row.moe_tp, row.moe_ep) == (4, 1, 4, 1)
+    assert row.csv_layout.endswith(written.layout_columns)
 
 
 def test_rows_whose_script_was_not_found_keep_the_csv_layout():

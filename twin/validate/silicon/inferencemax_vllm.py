@@ -187,10 +187,9 @@ def _kimi_tp_experts(row: SiliconRow) -> SiliconRow:
         return row
     if (row.system, (row.precision or "").lower()) not in INFERENCEMAX_KIMI_TP_EXPERTS:
         return row
-    csv_layout = (
-        f"script layout (kimik2.5_fp4_b200.sh: no --enable-expert-parallel): tp_size "
-        f"{row.tp}, moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
-    )
+    # the CSV's columns as written: inferencemax_layout's where it read them already
+    columns = row.csv_layout or row.layout_columns
+    csv_layout = f"script layout (kimik2.5_fp4_b200.sh: no --enable-expert-parallel): {columns}"
     return dataclasses.replace(row, moe_tp=tp, moe_ep=1, csv_layout=csv_layout)
 
 
