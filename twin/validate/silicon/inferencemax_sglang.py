@@ -501,8 +501,10 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     extra: dict[str, str] = {}
     blackwell = row.system in ("b200_sxm", "b300_sxm")
     if blackwell and row.precision == "fp4":
-        # before the search space the job ran 4-128 clients over every length (above)
-        early = (measured_on(row) or "9") < INFERENCEMAX_FP4_SEARCH_SPACE_DAY and unnamed
+        # before the search space the job ran 4-128 clients over every length (above); a
+        # 0.5.6 row with no day is not early (its image came 2025-12-31)
+        day = measured_on(row)
+        early = unnamed and day is not None and day < INFERENCEMAX_FP4_SEARCH_SPACE_DAY
         top = 16 if tp == 8 and long_prompt and not early else 128
         if tp not in (4, 8) or conc > top:
             return {}
