@@ -136,7 +136,8 @@ def inferencemax_vllm_default_kv(row: SiliconRow) -> bool:
 # 128-256, 8k/1k at 128-512). Measured: 727's 2,048 clients decode about 1,940 requests at
 # once (Little's law on its 3.73 s TTFT and 66.0 ms TPOT over 1,024 tokens), beyond one
 # engine's 1,024. The fp8 B300 dp-attn configuration (827) ran its script's TP 2 server:
-# its one row, 1,024 clients, measures its EP twin 735's within 0.4%.
+# its one row, 1,024 clients, measures its EP twin 735's within 0.4% (TTFT) and 0.7%
+# (TPOT).
 INFERENCEMAX_VLLM_DP_CONFIGS = frozenset({"707", "727"})
 
 
