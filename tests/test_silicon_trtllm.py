@@ -238,7 +238,8 @@ def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -
     TensorRT-LLM configurations; the rows measured on 2026-01-14 (the sweep of the commit
     that added the -mtp ones) ran MTP (3 drafts, 1 with attention DP), with the -mtp
     scripts' token budget; rows of other days run plain, with the 1.1.0rc2 scripts' budget
-    (no 8192 floor until the scripts' 2026-01-21 change)."""
+    (no 8192 floor until the scripts' 2026-01-21 change), but for the attention-DP row of
+    2026-01-28, at a point only the -mtp configuration had."""
     model = get_model("deepseek-r1")
     day = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4; measured="
     row = replace(
@@ -288,6 +289,11 @@ def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -
     }
     eve = replace(plain, source=day + "2026-01-21T12:00:00Z")  # the commit came at 23:05
     assert sil.deployment(eve, "trtllm")["max_batched_tokens"] == 1152
+    # that day's attention-DP row is at a point only the -mtp configuration had (e28c038f8):
+    # MTP 1, the -mtp script's (1 + 1) x 256 / 8 + 1024 + 64 in 64s, no floor
+    mtp = replace(floored, concurrency=256, tp=1, attention_dp=8)
+    assert sil.inferencemax_mtp_drafts(mtp) == 1
+    assert sil.deployment(mtp, "trtllm")["max_batched_tokens"] == 1152
 
 
 def test_inferencemax_deepseek_trtllm_attention_dp_rows_run_their_scripts_limits() -> None:

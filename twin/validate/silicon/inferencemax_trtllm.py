@@ -139,11 +139,22 @@ INFERENCEMAX_MTP = {("trtllm", "b200_sxm", "1.2.0rc6.post3"): (3, 1)}  # drafts:
 # system, precision, lengths and clients their TPOT is about half (H200 fp8 1k/8k at 4
 # clients 7.1 against 13.7 ms; B200 fp8 1k/1k 7.8 against 14.6) and their TTFT higher, and
 # they include points only the -mtp configurations have (H200 1k/1k at 128 and 256
-# clients). Two H200 rows measured 2026-01-28 are not read (no configuration change that
-# day was found): plain.
-INFERENCEMAX_MTP_RUNS = {
-    ("trtllm", system, "1.1.0rc2.post2", "2026-01-14"): (3, 1)
-    for system in ("b200_sxm", "h200_sxm")
+# clients). The two H200 rows measured 2026-01-28 (stamped ``06:18:44Z``) are the sweep of
+# e28c038f8 ("trigger full sweep to add GSM8k to official results", 2026-01-28T06:18:41Z),
+# whose rows come from both H200 configurations, still 1.1.0rc2.post2: the 1k/8k row at
+# 256 clients with attention DP is at a point only ``dsr1-fp8-h200-trt-mtp``'s search space
+# has there
+# (``{ tp: 8, ep: 8, dp-attn: true, conc-start: 256, conc-end: 256, spec-decoding: mtp }``;
+# the plain configuration's 1k/8k ends at 64 clients without attention DP), so it ran
+# ``dsr1_fp8_h200_trt_mtp.sh`` (MTP=1, no token floor); the 1k/8k row at 64 clients, a
+# point of both, measures the plain rows' TPOT (32.16 against 32.10 ms on 2025-12-15, the
+# -mtp row of 2026-01-14 19.41): plain (``None``).
+INFERENCEMAX_MTP_RUNS: dict[tuple[str, str, str, str], tuple[int | None, int]] = {
+    **{
+        ("trtllm", system, "1.1.0rc2.post2", "2026-01-14"): (3, 1)
+        for system in ("b200_sxm", "h200_sxm")
+    },
+    ("trtllm", "h200_sxm", "1.1.0rc2.post2", "2026-01-28"): (None, 1),
 }
 
 
@@ -217,9 +228,10 @@ INFERENCEMAX_DEEPSEEK_BATCH_WAIT = {
 # 64af5a771 (2026-01-21 23:05 UTC, "Adding evals after throughput benchmarks", #258:
 # ``dsr1_fp4_b200_trt_slurm.sh``, ``dsr1_fp8_b200_trt_slurm.sh``,
 # ``dsr1_fp8_h200_trt_slurm.sh``); before it ``(CONC + ISL + 64)`` rounded up to 64 stood
-# alone. The 1.1.0rc2.post2 image ran on both sides of that day: its H200 fp8 rows of
-# 2026-01-28 (1k/8k at 64 and 256 clients) ran the floor (``dsr1_fp8_h200_trt.sh`` at
-# e28c038f8, 2026-01-27), its earlier rows did not.
+# alone. The 1.1.0rc2.post2 image ran on both sides of that day: its plain H200 fp8 row of
+# 2026-01-28 (1k/8k at 64 clients; the 256-client one of that day ran the -mtp script,
+# ``INFERENCEMAX_MTP_RUNS``) ran the floor (``dsr1_fp8_h200_trt.sh`` at e28c038f8,
+# 2026-01-28T06:18:41Z), its earlier rows did not.
 INFERENCEMAX_TRTLLM_NO_FLOOR = frozenset({"1.1.0rc2.post2"})  # images run without the floor
 INFERENCEMAX_TRTLLM_FLOOR_FROM = "2026-01-22"  # the first whole day after 64af5a771
 
