@@ -191,7 +191,8 @@ def inferencemax_mtp_drafts(row: SiliconRow) -> int | None:
 #   ``dsr1_fp8_h200_trt_slurm.sh`` at 93e1b3ca1, unchanged until 2026-01-12, and the -mtp
 #   scripts at bf3456727): neither, and their ``MAX_NUM_TOKENS`` has no 8192 floor
 #   (``(CONC + ISL + 64)`` rounded up to 64; the -mtp ones ``((MTP + 1) x CONC + ISL +
-#   64)``).
+#   64)``) until the plain ones' floor of 64af5a771 (``inferencemax_trtllm_token_floor``),
+#   which adds neither either (``dsr1_fp8_h200_trt.sh`` at e28c038f8).
 # Rows of another image (the CSV's unnamed 2025-11-02 ones) keep the engine's defaults.
 def _fp8_b200_piecewise(isl: int, osl: int, conc: int, tp: int, ep: int, dp: bool) -> bool:
     if (isl, osl) == (1024, 8192):
