@@ -233,6 +233,43 @@ def test_inferencemax_trtllm_rows_before_the_search_space_run_their_scripts_layo
         assert sil.inferencemax_trtllm_script_layout(kept) == kept
 
 
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_inferencemax_unnamed_h200_gptoss_trtllm_rows_ran_expert_parallel(tp: int) -> None:
+    """InferenceMAX's gpt-oss-120b H200 TensorRT-LLM rows that name no image, measured
+    2025-11-02 (the CSV writes them ep 1, as every row before 2025-11-03), ran
+    ``gptoss_fp4_h200_trt_slurm.sh`` at 9596d23d7: ``--ep_size=$TP`` on the gpt-oss-dev
+    image; a row naming its image, measured on another day, on B200, on one GPU, of
+    another engine or model keeps its columns."""
+    source = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=16; "
+    row = replace(
+        _inferencemax_r1(backend="trtllm", backend_version="", precision="fp4"),
+        model_path="openai/gpt-oss-120b",
+        system="h200_sxm",
+        tp=tp,
+        attention_dp=1,
+        moe_tp=tp,
+        moe_ep=1,
+        concurrency=16,
+        batch_size=16,
+        source=source + "measured=2025-11-02T00:00:00.000Z; wip=False",
+    )
+    read = sil.inferencemax_trtllm_script_layout(row)
+    assert _layout(read) == (tp, 1, 1, tp)
+    assert read.backend_version == "gpt-oss-dev"
+    assert read.csv_layout.startswith("script layout")
+    assert sil.inferencemax_trtllm_script_layout(read) == read
+    for kept in (
+        replace(row, backend_version="gpt-oss-dev"),
+        replace(row, source=source + "measured=2025-11-03T00:00:00.000Z"),
+        replace(row, source=source + "measured=2025-09-28T00:00:00.000Z"),
+        replace(row, system="b200_sxm"),
+        replace(row, tp=1, moe_tp=1),
+        replace(row, backend="vllm"),
+        replace(row, model_path="meta-llama/Llama-3.1-70B"),
+    ):
+        assert sil.inferencemax_trtllm_script_layout(kept) == kept
+
+
 def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -> None:
     """The 1.1.0rc2.post2 image served InferenceMAX's plain and -mtp DeepSeek-R1
     TensorRT-LLM configurations; the rows measured on 2026-01-14 (the sweep of the commit
