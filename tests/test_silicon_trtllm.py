@@ -270,6 +270,22 @@ def test_inferencemax_unnamed_h200_gptoss_trtllm_rows_ran_expert_parallel(tp: in
         assert sil.inferencemax_trtllm_script_layout(kept) == kept
 
 
+@pytest.mark.parametrize("system", ["b200_sxm", "h200_sxm"])
+def test_inferencemax_gptoss_trtllm_scripts_keep_0_85_of_the_free_memory(system: str) -> None:
+    """Every InferenceMAX gpt-oss-120b TensorRT-LLM script writes
+    ``kv_cache_config.free_gpu_memory_fraction: 0.85``; the Llama-3.1-70B ones write none
+    (the engine's 0.9: no ``memory_utilization`` in the deployment)."""
+    row = replace(
+        _inferencemax_r1(backend="trtllm", backend_version="1.2.0rc2", precision="fp4"),
+        model_path="openai/gpt-oss-120b",
+        system=system,
+    )
+    assert sil.deployment(row, "trtllm")["memory_utilization"] == 0.85
+    llama = replace(row, model_path="meta-llama/Llama-3.1-70B")
+    assert "memory_utilization" not in sil.deployment(llama, "trtllm")
+    assert "memory_utilization" not in sil.deployment(replace(row, backend="vllm"), "vllm")
+
+
 def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -> None:
     """The 1.1.0rc2.post2 image served InferenceMAX's plain and -mtp DeepSeek-R1
     TensorRT-LLM configurations; the rows measured on 2026-01-14 (the sweep of the commit

@@ -250,12 +250,20 @@ def inferencemax_trtllm_token_floor(row: SiliconRow) -> bool:
 # - B200 fp8 1.2.0rc6.post3 (``dsr1_fp8_b200_trt_mtp.sh`` at 5d517074c): 0.8, 0.7 with
 #   attention DP.
 INFERENCEMAX_KV_FRACTION = {"h200_sxm": 0.75, "b200_sxm": 0.8}
+# Every InferenceMAX gpt-oss-120b TensorRT-LLM script writes 0.85, on B200 and H200, on
+# every day the CSV's rows ran (``benchmarks/gptoss_fp4_b200_trt_slurm.sh`` at ac1998a50,
+# 06667a51e and 645b97aa4, ``gptoss_fp4_b200_trt.sh`` at 95877f5bf,
+# ``gptoss_fp4_h200_trt_slurm.sh`` at 9596d23d7 and d22bf9ca9, ``gptoss_fp4_h200_trt.sh``
+# at e28c038f8); the Llama-3.1-70B scripts write none (the engine's 0.9).
+INFERENCEMAX_GPTOSS_KV_FRACTION = 0.85
 
 
 def inferencemax_kv_fraction(row: SiliconRow) -> float | None:
     """``kv_cache_config.free_gpu_memory_fraction`` of ``row``'s InferenceMAX DeepSeek-R1
-    TensorRT-LLM script (above), as ``EngineConfig.memory_utilization``; ``None`` for
-    other rows and systems no script was read for."""
+    or gpt-oss-120b TensorRT-LLM script (above), as ``EngineConfig.memory_utilization``;
+    ``None`` for other rows and systems no script was read for."""
+    if inferencemax_row(row, "trtllm") and model_named(row, INFERENCEMAX_GPTOSS) is not None:
+        return INFERENCEMAX_GPTOSS_KV_FRACTION
     if not _inferencemax_trtllm_deepseek(row):
         return None
     fraction = INFERENCEMAX_KV_FRACTION.get(row.system)
