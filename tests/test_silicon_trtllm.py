@@ -38,7 +38,8 @@ def test_inferencemax_llama_70b_trtllm_rows_hold_contexts_at_1k_1k_below_8_gpus(
     for other in (replace(imax, tp=8), replace(imax, osl=8192), replace(imax, isl=8192)):
         assert sil.deployment(other, "trtllm") == {"max_batched_tokens": 16384}
     gptoss = replace(imax, model_path="openai/gpt-oss-120b")
-    assert sil.deployment(gptoss, "trtllm") == {"max_batched_tokens": 20000}
+    gptoss_limits = {"max_batched_tokens": 20000, "memory_utilization": 0.85}
+    assert sil.deployment(gptoss, "trtllm") == gptoss_limits
     assert sil.deployment(imax, "trtllm", "defaults") == {}
     options = get_mode("trtllm").settings(get_model("tiny-transformer"), wait)
     assert options["scheduler_options"]["batch_wait_timeout_iters"] == 20
@@ -64,10 +65,9 @@ def test_inferencemax_gptoss_trtllm_rows_balance_their_attention_dp_contexts() -
         concurrency=64,
     )
     sets = {"attention_dp_balance": "true"}
-    assert sil.deployment(gptoss, "trtllm") == {"max_batched_tokens": 20000, "sets": sets}
-    assert sil.deployment(replace(gptoss, attention_dp=1, tp=2), "trtllm") == {
-        "max_batched_tokens": 20000
-    }
+    limits = {"max_batched_tokens": 20000, "memory_utilization": 0.85}
+    assert sil.deployment(gptoss, "trtllm") == {**limits, "sets": sets}
+    assert sil.deployment(replace(gptoss, attention_dp=1, tp=2), "trtllm") == limits
     aiperf = replace(gptoss, source="source_file=aiconfigurator.csv; model=x")
     assert sil.inferencemax_adp_balance(aiperf) == {}
     options = get_mode("trtllm").settings(get_model("tiny-transformer"), sets)["scheduler_options"]
