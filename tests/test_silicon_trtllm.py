@@ -38,7 +38,8 @@ def test_inferencemax_llama_70b_trtllm_rows_hold_contexts_at_1k_1k_below_8_gpus(
     for other in (replace(imax, tp=8), replace(imax, osl=8192), replace(imax, isl=8192)):
         assert sil.deployment(other, "trtllm") == {"max_batched_tokens": 16384}
     gptoss = replace(imax, model_path="openai/gpt-oss-120b")
-    assert sil.deployment(gptoss, "trtllm") == {"max_batched_tokens": 20000}
+    gptoss_limits = {"max_batched_tokens": 20000, "memory_utilization": 0.85}
+    assert sil.deployment(gptoss, "trtllm") == gptoss_limits
     assert sil.deployment(imax, "trtllm", "defaults") == {}
     options = get_mode("trtllm").settings(get_model("tiny-transformer"), wait)
     assert options["scheduler_options"]["batch_wait_timeout_iters"] == 20
@@ -64,10 +65,9 @@ def test_inferencemax_gptoss_trtllm_rows_balance_their_attention_dp_contexts() -
         concurrency=64,
     )
     sets = {"attention_dp_balance": "true"}
-    assert sil.deployment(gptoss, "trtllm") == {"max_batched_tokens": 20000, "sets": sets}
-    assert sil.deployment(replace(gptoss, attention_dp=1, tp=2), "trtllm") == {
-        "max_batched_tokens": 20000
-    }
+    limits = {"max_batched_tokens": 20000, "memory_utilization": 0.85}
+    assert sil.deployment(gptoss, "trtllm") == {**limits, "sets": sets}
+    assert sil.deployment(replace(gptoss, attention_dp=1, tp=2), "trtllm") == limits
     aiperf = replace(gptoss, source="source_file=aiconfigurator.csv; model=x")
     assert sil.inferencemax_adp_balance(aiperf) == {}
     options = get_mode("trtllm").settings(get_model("tiny-transformer"), sets)["scheduler_options"]
@@ -231,6 +231,59 @@ def test_inferencemax_trtllm_rows_before_the_search_space_run_their_scripts_layo
         replace(row, model_path="meta-llama/Llama-3.1-70B"),
     ):
         assert sil.inferencemax_trtllm_script_layout(kept) == kept
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_inferencemax_unnamed_h200_gptoss_trtllm_rows_ran_expert_parallel(tp: int) -> None:
+    """InferenceMAX's gpt-oss-120b H200 TensorRT-LLM rows that name no image, measured
+    2025-11-02 (the CSV writes them ep 1, as every row before 2025-11-03), ran
+    ``gptoss_fp4_h200_trt_slurm.sh`` at 9596d23d7: ``--ep_size=$TP`` on the gpt-oss-dev
+    image; a row naming its image, measured on another day, on B200, on one GPU, of
+    another engine or model keeps its columns."""
+    source = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=16; "
+    row = replace(
+        _inferencemax_r1(backend="trtllm", backend_version="", precision="fp4"),
+        model_path="openai/gpt-oss-120b",
+        system="h200_sxm",
+        tp=tp,
+        attention_dp=1,
+        moe_tp=tp,
+        moe_ep=1,
+        concurrency=16,
+        batch_size=16,
+        source=source + "measured=2025-11-02T00:00:00.000Z; wip=False",
+    )
+    read = sil.inferencemax_trtllm_script_layout(row)
+    assert _layout(read) == (tp, 1, 1, tp)
+    assert read.backend_version == "gpt-oss-dev"
+    assert read.csv_layout.startswith("script layout")
+    assert sil.inferencemax_trtllm_script_layout(read) == read
+    for kept in (
+        replace(row, backend_version="gpt-oss-dev"),
+        replace(row, source=source + "measured=2025-11-03T00:00:00.000Z"),
+        replace(row, source=source + "measured=2025-09-28T00:00:00.000Z"),
+        replace(row, system="b200_sxm"),
+        replace(row, tp=1, moe_tp=1),
+        replace(row, backend="vllm"),
+        replace(row, model_path="meta-llama/Llama-3.1-70B"),
+    ):
+        assert sil.inferencemax_trtllm_script_layout(kept) == kept
+
+
+@pytest.mark.parametrize("system", ["b200_sxm", "h200_sxm"])
+def test_inferencemax_gptoss_trtllm_scripts_keep_0_85_of_the_free_memory(system: str) -> None:
+    """Every InferenceMAX gpt-oss-120b TensorRT-LLM script writes
+    ``kv_cache_config.free_gpu_memory_fraction: 0.85``; the Llama-3.1-70B ones write none
+    (the engine's 0.9: no ``memory_utilization`` in the deployment)."""
+    row = replace(
+        _inferencemax_r1(backend="trtllm", backend_version="1.2.0rc2", precision="fp4"),
+        model_path="openai/gpt-oss-120b",
+        system=system,
+    )
+    assert sil.deployment(row, "trtllm")["memory_utilization"] == 0.85
+    llama = replace(row, model_path="meta-llama/Llama-3.1-70B")
+    assert "memory_utilization" not in sil.deployment(llama, "trtllm")
+    assert "memory_utilization" not in sil.deployment(replace(row, backend="vllm"), "vllm")
 
 
 def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -> None:

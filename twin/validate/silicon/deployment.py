@@ -68,7 +68,9 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     if named is not None:
         sets = {**inferencemax_batch_wait(row), **inferencemax_adp_balance(row)}
         tokens = INFERENCEMAX_TRTLLM_TOKENS[named]
-        return {"max_batched_tokens": tokens, **({"sets": sets} if sets else {})}
+        fraction = inferencemax_kv_fraction(row)  # gpt-oss's 0.85; Llama's none
+        memory = {} if fraction is None else {"memory_utilization": fraction}
+        return {"max_batched_tokens": tokens, **memory, **({"sets": sets} if sets else {})}
     if not inferencemax_deepseek(row) or not row.isl:
         return {}
     block, conc = INFERENCEMAX_TRTLLM_BLOCK, row.concurrency or 0

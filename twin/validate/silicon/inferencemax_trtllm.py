@@ -263,12 +263,20 @@ def inferencemax_trtllm_token_floor(row: SiliconRow) -> bool:
 # - B200 fp8 1.2.0rc6.post3 (``dsr1_fp8_b200_trt_mtp.sh`` at 5d517074c): 0.8, 0.7 with
 #   attention DP.
 INFERENCEMAX_KV_FRACTION = {"h200_sxm": 0.75, "b200_sxm": 0.8}
+# Every InferenceMAX gpt-oss-120b TensorRT-LLM script writes 0.85, on B200 and H200, on
+# every day the CSV's rows ran (``benchmarks/gptoss_fp4_b200_trt_slurm.sh`` at ac1998a50,
+# 06667a51e and 645b97aa4, ``gptoss_fp4_b200_trt.sh`` at 95877f5bf,
+# ``gptoss_fp4_h200_trt_slurm.sh`` at 9596d23d7 and d22bf9ca9, ``gptoss_fp4_h200_trt.sh``
+# at e28c038f8); the Llama-3.1-70B scripts write none (the engine's 0.9).
+INFERENCEMAX_GPTOSS_KV_FRACTION = 0.85
 
 
 def inferencemax_kv_fraction(row: SiliconRow) -> float | None:
     """``kv_cache_config.free_gpu_memory_fraction`` of ``row``'s InferenceMAX DeepSeek-R1
-    TensorRT-LLM script (above), as ``EngineConfig.memory_utilization``; ``None`` for
-    other rows and systems no script was read for."""
+    or gpt-oss-120b TensorRT-LLM script (above), as ``EngineConfig.memory_utilization``;
+    ``None`` for other rows and systems no script was read for."""
+    if inferencemax_row(row, "trtllm") and model_named(row, INFERENCEMAX_GPTOSS) is not None:
+        return INFERENCEMAX_GPTOSS_KV_FRACTION
     if not _inferencemax_trtllm_deepseek(row):
         return None
     fraction = INFERENCEMAX_KV_FRACTION.get(row.system)
@@ -444,12 +452,49 @@ INFERENCEMAX_TRTLLM_SCRIPT_LAYOUT: dict[tuple[str, str], ScriptLayout] = {  # ->
 }
 
 
+# The CSV's InferenceMAX gpt-oss-120b H200 TensorRT-LLM rows that name no image (stamped
+# ``measured=2025-11-02``, tp 2, 4 and 8, written ``moe_ep_size`` 1 like every row
+# collected before 17d5e204f, above) ran ``benchmarks/gptoss_fp4_h200_trt_slurm.sh`` at
+# 9596d23d7 (2025-10-29, the last commit to it before 2025-11-03; its server line
+# unchanged since ffe0b55a7, 2025-09-28, "Remove triton dependency on H200 TRT GPTOSS"):
+# ``trtllm-serve ... --ep_size=$TP ... --tp_size=$TP``, experts split by expert parallelism
+# across the TP GPUs (MoE TP 1), on the image ``.github/workflows/gptoss-tmpl.yml``
+# ``bmk-h200-trt`` names at e06929c70 (``release:gpt-oss-dev``, from ffe0b55a7 on). Before
+# ffe0b55a7 the script ran ``--ep_size 1`` on 1.1.0rc2.post2; no row of those days is in
+# the CSV. These rows are read as that image and layout.
+INFERENCEMAX_GPTOSS_H200_EP_FROM = "2025-09-29"  # the first whole day after ffe0b55a7
+INFERENCEMAX_GPTOSS_H200_IMAGE = "gpt-oss-dev"
+
+
+def _gptoss_h200_script_layout(row: SiliconRow, day: str) -> SiliconRow:
+    """The gpt-oss H200 rows' script layout (above); ``row`` unchanged where it is not one."""
+    if row.system != "h200_sxm" or model_named(row, INFERENCEMAX_GPTOSS) is None:
+        return row
+    if not INFERENCEMAX_GPTOSS_H200_EP_FROM <= day < INFERENCEMAX_SEARCH_SPACE_DAY:
+        return row
+    gpus = row.tp or 1
+    if gpus == 1 or (row.attention_dp or 1, row.moe_ep or 1, row.moe_tp or gpus) != (1, 1, gpus):
+        return row
+    csv_layout = f"script layout (no image, measured {day}): {row.layout_columns}"
+    return dataclasses.replace(
+        row,
+        backend_version=INFERENCEMAX_GPTOSS_H200_IMAGE,
+        moe_tp=1,
+        moe_ep=gpus,
+        csv_layout=csv_layout,
+    )
+
+
 def inferencemax_trtllm_script_layout(row: SiliconRow) -> SiliconRow:
     """``row`` at the image and parallel layout its script chose, where it is an
-    InferenceMAX DeepSeek-R1 TensorRT-LLM row measured before the search space named
-    them (above); unchanged otherwise. The CSV's columns stay in ``csv_layout``."""
-    rule = INFERENCEMAX_TRTLLM_SCRIPT_LAYOUT.get((row.system, row.precision))
+    InferenceMAX DeepSeek-R1 or H200 gpt-oss-120b TensorRT-LLM row measured before the
+    search space named them (above); unchanged otherwise. The CSV's columns stay in
+    ``csv_layout``."""
     day = measured_on(row)
+    unnamed = inferencemax_row(row, "trtllm") and not row.backend_version and row.mode == "agg"
+    if unnamed and day is not None and not row.csv_layout:
+        row = _gptoss_h200_script_layout(row, day)
+    rule = INFERENCEMAX_TRTLLM_SCRIPT_LAYOUT.get((row.system, row.precision))
     if rule is None or row.backend_version or day is None or day >= INFERENCEMAX_SEARCH_SPACE_DAY:
         return row
     if not _inferencemax_trtllm_deepseek(row) or row.mode != "agg" or not row.concurrency:
