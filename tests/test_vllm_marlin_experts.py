@@ -171,3 +171,18 @@ def test_a_planned_hopper_gpt_oss_row_sets_marlin():
     row = silicon_row(source=imax, backend_version="0.18.0")
     plan = planned(row, isl=1024, osl=1024, concurrency=4, tp=1)
     assert plan.deployment["sets"]["moe_backend"] == "marlin"
+
+
+def test_the_v0_10_2_hopper_gpt_oss_rows_before_the_marlin_line_run_marlin():
+    # The 2025-11-02 rows (no release named; the vllm/vllm-openai:v0.10.2 image, scripts
+    # with no VLLM_MXFP4_USE_MARLIN): 0.10.2's get_mxfp4_backend falls to Marlin on SM90
+    # without triton_kernels, which that image lacks (sil.inferencemax_vllm's reading).
+    imax = (
+        "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=64; "
+        "measured=2025-11-02T00:00:00.000Z; wip=False"
+    )
+    row = silicon_row(source=imax, backend_version="", isl=1024, osl=1024, concurrency=64, tp=1)
+    for system in ("h200_sxm", "h100_sxm"):
+        hopper = dataclasses.replace(row, system=system)
+        assert sil.vllm_moe_backend(hopper) == "marlin"
+        assert planned(hopper).deployment["sets"]["moe_backend"] == "marlin"

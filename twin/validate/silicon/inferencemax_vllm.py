@@ -352,7 +352,24 @@ def vllm_async_scheduling(row: SiliconRow, kind: str = "benchmark") -> bool:
 # default (0.15.1-0.18.0 ``quantization/mxfp4.py`` ``get_mxfp4_backend``; 0.19.0
 # ``fused_moe/oracle/mxfp4.py`` ``select_mxfp4_moe_backend``; the 0.11.2 image's release
 # not read, taken to honour it as its successors do): those rows' experts ran Marlin, the
-# twin's ``--set moe_backend=marlin`` (``twin.engine.modes_vllm``). The B200 script does
+# twin's ``--set moe_backend=marlin`` (``twin.engine.modes_vllm``). The rows measured
+# before that line came (4e52ed4c6, 2026-01-02: the 2025-11-02 ones, no release named, run
+# by ``gptoss-tmpl.yml``'s ``vllm/vllm-openai:v0.10.2`` jobs at e06929c70, scripts
+# ``gptoss_fp4_h200_slurm.sh`` / ``gptoss_fp4_h100_{docker,slurm}.sh`` exporting no MoE
+# variable) ran Marlin too, for another reason: vLLM 0.10.2 (the wheel read)
+# ``quantization/mxfp4.py`` ``get_mxfp4_backend`` (lines 54-102) on SM90, with
+# ``VLLM_USE_FLASHINFER_MOE_MXFP4_BF16`` unset, returns ``MARLIN`` unless
+# ``has_triton_kernels()`` (``utils/__init__.py``: ``triton_kernels`` importable) and torch
+# >= 2.8.0 both hold, TRITON otherwise; the wheel neither bundles ``triton_kernels``
+# (``vllm/third_party`` holds pynvml only) nor requires it (METADATA; torch==2.8.0), the
+# image installs none (vLLM ``docker/Dockerfile``: the wheel, FlashInfer, DeepGEMM, EP
+# kernels; vllm-project/vllm#27370 of 2025-10-22 made it a dependency because "users have
+# to install triton_kernels manually"), and ``PYTHONNOUSERSITE=1`` in the scripts. 0.10.2
+# reads no ``VLLM_MXFP4_USE_MARLIN`` at all (``envs.py`` defines it, no module uses it).
+# Experts: ``fused_moe/fused_marlin_moe.py`` ``fused_marlin_moe`` -> ``ops.
+# moe_wna16_marlin_gemm`` (``float4_e2m1f``), the kernel the twin's Marlin price times.
+# Docs/decisions.md, "Issue 31, step: which MXFP4 experts InferenceMAX's 2025-11-02 Hopper
+# gpt-oss vLLM rows ran (helper gptoss42, session 42)". The B200 script does
 # not set it; it exports VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 instead in every version
 # read (``benchmarks/gptoss_fp4_b200.sh`` at b0c4ed21b, 028415da4, b30c3398a;
 # ``benchmarks/single_node/gptoss_fp4_b200.sh`` 8d81e0bf4 .. 0552ead53;
