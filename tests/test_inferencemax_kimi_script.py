@@ -60,3 +60,16 @@ def test_a_planned_b200_fp4_row_prices_tensor_parallel_experts():
     assert planned(_kimi("2026-03-27")).ep == 4  # the CSV's layout
     plan = planned(inferencemax_vllm_script_layout(_kimi("2026-03-27")))
     assert (plan.tp, plan.ep) == (4, 1)
+
+
+def test_b200_fp4_rows_before_the_kv_flag_ran_fp8_kv_all_the_same():
+    # kimik2.5_fp4_b200.sh names --kv-cache-dtype fp8 only from 6c3acebfa (2026-04-20);
+    # before, vLLM 0.17.0 resolved ``auto`` from nvidia/Kimi-K2.5-NVFP4's kv_cache_scheme
+    # (utils/torch_utils.py resolve_kv_cache_dtype_string): fp8 either way
+    pytest.importorskip("aiconfigurator_core")
+    from twin.validate.silicon.inferencemax_vllm import inferencemax_vllm_default_kv
+
+    for day in ("2026-03-11", "2026-03-27", "2026-04-20"):
+        row = _kimi(day, precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4")
+        assert not inferencemax_vllm_default_kv(row)
+        assert planned(row).model_fields["kv_dtype"] == "fp8"

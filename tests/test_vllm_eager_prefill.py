@@ -178,3 +178,56 @@ def test_a_planned_vllm_moe_row_carries_its_graph_size():
     plan = planned(row)
     assert plan.deployment["eager_prefill_s"] > 0
     assert plan.deployment["eager_graph_tokens"] == 512
+
+
+def test_a_mixed_eager_step_also_pays_the_decode_path_host_time():
+    pricer = EagerPrefillPricer(ConstantPricer(0.01), 0.02, graph_tokens=512, decode_s=0.005)
+    assert pricer.step_time([(1024, 0)], 0, 0) == pytest.approx(0.03)  # prompts alone
+    assert pricer.step_time([(1024, 0)], 3, 1000) == pytest.approx(0.035)  # mixed: + decode
+    assert pricer.step_time([(256, 0)], 3, 1000) == 0.01  # a graph replays: neither
+    assert pricer.step_time([], 64, 1000) == 0.01  # decode steps untouched
+    over = EagerPrefillPricer(ConstantPricer(0.01), 0.02, overlap=True, decode_s=0.005)
+    assert over.step_time([(1024, 0)], 3, 1000) == pytest.approx(0.025)  # max(kernels, host)
+    assert "eager_decode_s" not in EngineConfig().to_dict()
+    with pytest.raises(TwinError, match="must be >= 0"):
+        EngineConfig.of(eager_decode_s=-1.0)
+
+
+def _kimi_row(**fields: object) -> sil.SiliconRow:
+    base: dict[str, object] = {
+        "source": "source_file=2026-04-06.csv; model=Kimi-K2.5; silicon_concurrency=4; "
+        "measured=2026-03-27T00:00:00.000Z; wip=False",
+        "model_path": "moonshotai/Kimi-K2.5",
+        "system": "b200_sxm",
+        "backend_version": "0.17.0",
+        "precision": "fp4",
+        "gemm_quant_mode": "nvfp4",
+        "moe_quant_mode": "nvfp4",
+        "isl": 1024,
+        "osl": 1024,
+        "concurrency": 4,
+        "tp": 4,
+    }
+    return silicon_row(**{**base, **fields})
+
+
+def test_vllm_0_17_mla_rows_on_blackwell_pay_the_decode_path_in_mixed_eager_steps():
+    pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
+    from twin.validate.silicon.eager_prefill import (
+        VLLM_EAGER_LAUNCH_S,
+        VLLM_MLA_DECODE_LAUNCHES,
+        vllm_eager_decode_s,
+    )
+
+    plan = planned(_kimi_row())
+    # 5 launches a layer (mla_attention.py forward_impl's MQA branch), 61 MLA layers
+    want = VLLM_EAGER_LAUNCH_S["b200"] * VLLM_MLA_DECODE_LAUNCHES * 61
+    assert plan.deployment["eager_decode_s"] == pytest.approx(want)
+    assert plan.deployment["eager_graph_tokens"] == 512
+    # another release (not read): none; Hopper (FlashMLA / FA MLA decode first) or a
+    # model without MLA: none
+    assert "eager_decode_s" not in planned(_kimi_row(backend_version="0.19.0")).deployment
+    row, model = _kimi_row(), get_model("kimi-k2.5")
+    assert vllm_eager_decode_s(row, model, "b200") == pytest.approx(want)
+    assert vllm_eager_decode_s(row, model, "h200") == 0.0
+    assert vllm_eager_decode_s(row, get_model("qwen3-235b-a22b"), "b200") == 0.0

@@ -266,6 +266,12 @@ class HostTimeConfig:
         "lasts max(kernels, eager_prefill_s) instead of their sum (vLLM's compiled "
         "model without a graph: twin.engine.host_time.EagerPrefillPricer)",
     )
+    eager_decode_s: float = _opt(
+        0.0,
+        "host time added to an eager step (one that pays eager_prefill_s) that also "
+        "decodes, seconds: the launches of the decode path a mixed batch runs beside its "
+        "prompts (vLLM's MLA: twin.engine.host_time.EagerPrefillPricer). 0: none",
+    )
     cold_prefix_stall_s: float = _opt(
         0.0,
         "seconds a fresh server's loop stalls, once, the first time a step extends a prompt "
@@ -384,6 +390,7 @@ SUMMARY_ORDER = (
     "eager_prefill_s",
     "eager_graph_tokens",
     "eager_overlap",
+    "eager_decode_s",
     "cold_prefix_stall_s",
     "scheduler",
     "scheduler_options",
@@ -512,6 +519,7 @@ class EngineConfig:
             "step_host_s",
             "seq_host_s",
             "eager_prefill_s",
+            "eager_decode_s",
         ):
             v = self.get(name)
             need(math.isfinite(v) and v >= 0, name, "must be >= 0")
@@ -520,7 +528,8 @@ class EngineConfig:
             "eager_prefill_s",
             "is not modelled with pipeline stages",
         )
-        for name in ("eager_graph_tokens", "eager_overlap"):  # the ranks' loop adds it in series
+        for name in ("eager_graph_tokens", "eager_overlap", "eager_decode_s"):
+            # the ranks' loop adds eager_prefill_s in series, without these
             need(
                 not self.get(name) or c.dp_attention == 1,
                 name,

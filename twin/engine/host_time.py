@@ -145,15 +145,25 @@ class EagerPrefillPricer(WrappingPricer):
     inferencemax_vllm_decode_only_graphs``), fit it where the sum over-prices their one-GPU
     steps (docs/decisions.md, "Issue 31, step: B200 vLLM's decode-only graphs", helper
     ``vllm-dense`` session 26); SGLang's rows refuted it (the series form above).
+
+    ``decode_s``: added to ``floor_s`` where the eager step also carries decode tokens: the
+    launches of the decode path the engine runs beside the prompts' in a mixed batch (vLLM's
+    MLA: ``twin.validate.silicon.eager_prefill.VLLM_MLA_DECODE_LAUNCHES``).
     """
 
     def __init__(
-        self, inner: Any, floor_s: float, graph_tokens: int = 0, overlap: bool = False
+        self,
+        inner: Any,
+        floor_s: float,
+        graph_tokens: int = 0,
+        overlap: bool = False,
+        decode_s: float = 0.0,
     ) -> None:
         super().__init__(inner)
         self.floor_s = float(floor_s)
         self.graph_tokens = int(graph_tokens)
         self.overlap = bool(overlap)
+        self.decode_s = float(decode_s)
 
     @property
     def provenance(self) -> str:
@@ -165,7 +175,8 @@ class EagerPrefillPricer(WrappingPricer):
             return kernels
         if self.graph_tokens and sum(c[0] for c in prefills) + decode_batch <= self.graph_tokens:
             return kernels  # a captured graph's size: replayed
-        return max(kernels, self.floor_s) if self.overlap else kernels + self.floor_s
+        host = self.floor_s + (self.decode_s if decode_batch else 0.0)
+        return max(kernels, host) if self.overlap else kernels + host
 
     def decode_run(self, batch: int, context: int, steps: int) -> Durations:
         return np.asarray(self.inner.decode_run(batch, context, steps), np.float64)

@@ -108,7 +108,11 @@ def run_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPric
 
         h = config.host_time
         pricer = EagerPrefillPricer(
-            pricer, h.eager_prefill_s, h.eager_graph_tokens, overlap=h.eager_overlap
+            pricer,
+            h.eager_prefill_s,
+            h.eager_graph_tokens,
+            overlap=h.eager_overlap,
+            decode_s=h.eager_decode_s,
         )
     return pricer
 

@@ -75,6 +75,7 @@ class NamedSettings(TypedDict, total=False):
     eager_prefill_s: float
     eager_graph_tokens: int
     eager_overlap: bool
+    eager_decode_s: float
     cold_prefix_stall_s: float
     # disagg (DisaggConfig)
     prefill_workers: int

@@ -233,6 +233,21 @@ VLLM_EXPERT_LAUNCHES = 5  # the fused MoE kernels, activations unquantised (abov
 VLLM_ALL_REDUCES = {"moe": 2, "mlp": 1}
 VLLM_QK_NORM_ALL_REDUCE = 2
 VLLM_EAGER_FROM = "0.14.0"
+# A mixed eager step of an MLA model also runs the decode path beside the prompts': vLLM
+# 0.17.0 ``model_executor/layers/attention/mla_attention.py`` ``MLAAttention.forward_impl``
+# (l. 559-659) calls ``forward_mha`` for the prompt tokens and then, for the step's decode
+# tokens, ``torch.bmm`` with ``W_UK_T`` (l. 623), the q concatenation
+# (``_decode_concat_quant_fp8_op`` under an fp8 KV cache, l. 628-633, ``MLACommonImpl``
+# sets ``supports_quant_query_input``, l. 2042; else ``FlashInferMLAImpl.forward_mqa``'s
+# ``torch.cat``), the decode attention (``v1/attention/backends/mla/flashinfer_mla.py``
+# ``trtllm_batch_decode_with_kv_cache_mla``) and ``_v_up_proj`` (l. 798-831: ``torch.bmm``
+# with ``W_UV`` and the output ``copy_``): 5 launches a layer that
+# :data:`VLLM_EAGER_LAUNCHES`' ``mla`` (the prompt path) does not count. FlashInfer MLA is
+# the decode backend vLLM 0.17.0 picks first on compute capability 10 (``platforms/
+# cuda.py`` ``_get_backend_priorities``: ``FLASHINFER_MLA``, then ``CUTLASS_MLA``), so
+# Blackwell (B200, B300) only, and only the release read (0.17.0).
+VLLM_MLA_DECODE_LAUNCHES = 5
+VLLM_MLA_DECODE_RELEASES = frozenset({"0.17.0"})
 # Host seconds per launch of vLLM's eager forward, per GPU, fitted on the fit split only:
 # ``python benchmarks/bench_eager_prefill.py --backend vllm --per-split 48 --grid-us
 # 0,10,20,30,45,60`` (48 fit rows spread over the vLLM MoE rows with at most 64 clients:
@@ -475,6 +490,29 @@ def eager_prefill_s(
     if row.backend != "sglang" or not sglang_prefills_eagerly(row, model, multimodal):
         return 0.0
     return launch_s(row, gpu) * eager_launches(model)
+
+
+def vllm_eager_decode_s(
+    row: SiliconRow, model: ModelSpec, gpu: str, kind: str = "benchmark"
+) -> float:
+    """The host time added to a vLLM eager step of ``row`` that also decodes
+    (``EngineConfig.eager_decode_s``): :data:`VLLM_MLA_DECODE_LAUNCHES` per MLA layer times
+    the GPU's host time per launch, for an MLA ``model`` on a Blackwell ``gpu`` in the
+    release read (:data:`VLLM_MLA_DECODE_RELEASES`); 0.0 where no eager step is priced
+    (:func:`eager_prefill_s`) or the eager time runs under the kernels."""
+    from twin.costmodel.engine_kernels import BLACKWELL_SM100  # late: rows read without it
+
+    mla = model.mixer_counts.get("mla", 0)
+    if (
+        row.backend != "vllm"
+        or not mla
+        or gpu not in BLACKWELL_SM100
+        or row.backend_version not in VLLM_MLA_DECODE_RELEASES
+        or vllm_eager_overlaps(row, kind)
+        or not eager_prefill_s(row, model, gpu, kind=kind)
+    ):
+        return 0.0
+    return launch_s(row, gpu) * VLLM_MLA_DECODE_LAUNCHES * mla
 
 
 def launch_s(row: SiliconRow, gpu: str) -> float:

@@ -29,6 +29,7 @@ from twin.validate.silicon.deployment import (
 )
 from twin.validate.silicon.eager_prefill import (
     eager_prefill_s,
+    vllm_eager_decode_s,
     vllm_eager_overlaps,
     vllm_graph_tokens,
 )
@@ -302,6 +303,9 @@ def plan_row(
             limits["eager_graph_tokens"] = vllm_graph_tokens(row, limits, deploy)
             if vllm_eager_overlaps(row, deploy):  # its host time under the kernels
                 limits["eager_overlap"] = True
+            mixed = vllm_eager_decode_s(row, model, gpu, deploy)
+            if mixed:  # an MLA model's mixed eager step also runs its decode path
+                limits["eager_decode_s"] = mixed
     return RowPlan(
         row=row,
         model_fields=model.to_dict(derived=False),
