@@ -231,6 +231,22 @@ MARLIN_EXPERT_SCALE: dict[tuple[str, str], float] = {
     ("moe_mxfp4", "h100"): 1.30,
 }
 
+# The shape vLLM's Marlin MoE kernel runs mxfp4 experts at: the hidden size rounded up to a
+# multiple of 256 and the rank's intermediate size (``intermediate_size_per_partition``) to
+# a multiple of 128 ("the moe marlin kernel requires that for each linear n % 256 == 0 and
+# k % 128 == 0"): vLLM 0.10.2 ``quantization/mxfp4.py`` ``Mxfp4MoEMethod.create_weights``
+# lines 182-200 (``layer.hidden_size`` set to the padded size), 0.18.0 lines 320-342 and
+# ``fused_moe/layer.py`` ``maybe_roundup_hidden_size`` lines 263-269. The layer pads the
+# activations to the padded hidden size before the kernel and all-reduces the padded output
+# before cutting it back (0.10.2 ``fused_moe/layer.py`` ``forward_native`` lines 1608-1624,
+# ``forward_impl``'s ``reduce_output`` 1818-1826; 0.18.0 ``fused_moe/runner/
+# default_moe_runner.py`` lines 366-369 and 419-425). gpt-oss: hidden 2,880 -> 3,072,
+# intermediate 2,880 / TP -> 2,944 (TP 1), 1,536 / 768 / 384 (TP 2 / 4 / 8). The WNA16 table
+# the Marlin fit and ``MARLIN_EXPERT_SCALE`` were fitted on (hidden 3,584, its intermediates
+# multiples of 128) needs no padding. (hidden multiple, rank intermediate multiple):
+# ``Profile.with_marlin_experts`` records it on the fit, ``MoePricing`` prices the shape.
+MARLIN_MXFP4_PAD: tuple[int, int] = (256, 128)
+
 
 def release_kernel(engine: str, family: str, gpu: str, release: str | None) -> str | None:
     """The kernel ``release`` of ``engine`` runs for ``family`` on ``gpu`` where a rule
@@ -252,6 +268,7 @@ def table_kernel(engine: str, kernel_source: str) -> str | None:
 __all__ = [
     "FLASHINFER_TRTLLM_FP8_BLOCK",
     "MARLIN_EXPERT_SCALE",
+    "MARLIN_MXFP4_PAD",
     "MARLIN_WNA16",
     "RELEASE_KERNELS",
     "TABLE_KERNELS",

@@ -53,6 +53,10 @@ class MoePricing(ShardShapes):
     # (``twin.costmodel.moe_layout``): the run's, or the TP layout of the same GPUs.
     _moe_ep: int
     _moe_width: int
+    # The hidden size the fused-MoE kernel runs at: the model's, or the kernel's padded one
+    # (the fit's ``moe_pad_hidden``, with ``_moe_width`` padded by ``moe_pad_width``:
+    # vLLM's Marlin mxfp4 experts, ``engine_kernels.MARLIN_MXFP4_PAD``).
+    _moe_d: int
     # Whether the shared expert runs inside the fused-MoE launch (``moe_layout``).
     _shared_fused: bool
     # ``DensePricing``'s, read here: the experts' GEMM format, the projections, the
@@ -60,6 +64,8 @@ class MoePricing(ShardShapes):
     _expert_q: tuple[Callable[..., float], float, float, str, str] | None
     _proj: Callable[..., float]
     _gemm: Callable[[float, float, float], float]
+    # ``CollectivePricing``'s: one all-reduce of a buffer's bytes.
+    _allreduce_bytes: Callable[[float], float]
     kernel_layout: KernelLayout
 
     def _setup_moe(self) -> None:
@@ -92,7 +98,13 @@ class MoePricing(ShardShapes):
                 return series.coefficients(series_key(*shape, moe_tp, moe_ep)) is not None
 
             self._moe_ep = measured_ep(m, self.tp, self._moe_ep, source, timed)
-        self._moe_width = self.model.moe_d_ff // (self.tp // self._moe_ep)
+        # The shape the kernel runs (its padding, where the fit records one; the series
+        # above and below keep the model's shape, as the tables name it).
+        self._moe_width = _round_up(
+            self.model.moe_d_ff // (self.tp // self._moe_ep),
+            int(fit.provenance.get("moe_pad_width", 1)),
+        )
+        self._moe_d = _round_up(self.d_model, int(fit.provenance.get("moe_pad_hidden", 1)))
         e = self.model.dtype_bytes
         # SGLang's Triton runner upcasts mxfp4 experts to bf16 (``moe_features.
         # sglang_upcast_experts``; a fit written before SGLang's grid keeps their own bytes)
@@ -102,7 +114,7 @@ class MoePricing(ShardShapes):
         act, weight = (
             (float(e), float(e)) if self._moe_unquantised else px.gemm_operand_bytes(fmt, e)
         )
-        tile = moe_ft.moe_tile_bytes(self.d_model, self._moe_width, self.up_mats, weight)
+        tile = moe_ft.moe_tile_bytes(self._moe_d, self._moe_width, self.up_mats, weight)
         self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight, tile)
         self._moe_source = source
         # The experts' table mode for the token tile: the mxfp8-activation kernel's where the
@@ -222,7 +234,8 @@ class MoePricing(ShardShapes):
         TP layout of the same GPUs)."""
         assert self._moe_fit is not None
         kernel, act_e, w_e, tile = self._moe_fit
-        m, e, d = self.model, self.elem_bytes, self.d_model
+        # the kernel's hidden size (padded where it pads: ``_moe_d``)
+        m, e, d = self.model, self.elem_bytes, self._moe_d
         n_exp, top, ep = m.moe_n_experts, m.moe_top_k, self._moe_ep
         routed = t * top
         load = self._routing.rank_load(t, n_exp, top, ep)
@@ -315,6 +328,8 @@ class MoePricing(ShardShapes):
         # A kernel whose cost per expert held the fit does not carry (KernelLayout).
         experts += self.kernel_layout.moe_layer_extra_s
         router = self._router(t, n_exp)
+        if ar and d != self.d_model:  # the padded output is all-reduced (_moe_d)
+            ar = self._allreduce_bytes(t * d * e)
         shared, act = self._shared_expert(t)
         if 0 < t <= self.kernel_layout.shared_expert_stream_tokens and shared + act > 0.0:
             # The shared expert on a second stream beside the router and the routed
@@ -368,3 +383,8 @@ class MoePricing(ShardShapes):
             return computed, 0.0
         worst = math.ceil((rows + held * (align - 1)) / align) * align
         return computed, max(worst - computed, 0.0)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    """``n`` rounded up to a multiple of ``multiple`` (vLLM's ``round_up``)."""
+    return -(-n // multiple) * multiple

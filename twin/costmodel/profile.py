@@ -472,8 +472,15 @@ class Profile:
         :data:`~twin.costmodel.engine_kernels.MARLIN_WNA16`, at the profile's default
         tables) with its compute term slower by ``MARLIN_EXPERT_SCALE`` (``eff_flops``
         over the factor). That fit's per-shape term is another model's and is dropped.
+        The fit carries the padded shape the kernel runs the experts at
+        (:data:`~twin.costmodel.engine_kernels.MARLIN_MXFP4_PAD`, provenance
+        ``moe_pad_hidden`` / ``moe_pad_width``: ``MoePricing`` prices it).
         One line where the profile has no such fit or the GPU no factor."""
-        from twin.costmodel.engine_kernels import MARLIN_EXPERT_SCALE, MARLIN_WNA16
+        from twin.costmodel.engine_kernels import (
+            MARLIN_EXPERT_SCALE,
+            MARLIN_MXFP4_PAD,
+            MARLIN_WNA16,
+        )
 
         scale = MARLIN_EXPERT_SCALE.get((family, self.gpu))
         marlin = next(
@@ -503,6 +510,8 @@ class Profile:
             provenance={
                 **marlin.provenance,
                 "label": f"{label}, compute x {scale:g} (Marlin {family}: MARLIN_EXPERT_SCALE)",
+                "moe_pad_hidden": MARLIN_MXFP4_PAD[0],
+                "moe_pad_width": MARLIN_MXFP4_PAD[1],
             },
         )
         return replace(self, kernels={**self.kernels, family: fit})
