@@ -19,6 +19,7 @@ from twin.costmodel import moe_families as moef
 from twin.costmodel import moe_features as moe_ft
 from twin.costmodel.engine_kernels import MARLIN_EXPERT_SCALE
 from twin.costmodel.latency import predict
+from twin.costmodel.model import CostModel
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
@@ -186,3 +187,44 @@ def test_the_v0_10_2_hopper_gpt_oss_rows_before_the_marlin_line_run_marlin():
         hopper = dataclasses.replace(row, system=system)
         assert sil.vllm_moe_backend(hopper) == "marlin"
         assert planned(hopper).deployment["sets"]["moe_backend"] == "marlin"
+
+
+def unpadded(profile):
+    """``profile`` with its Marlin mxfp4 fit's padding taken off (the shape as served)."""
+    fit = profile.kernels["moe_mxfp4"]
+    prov = {k: v for k, v in fit.provenance.items() if not k.startswith("moe_pad")}
+    return dataclasses.replace(
+        profile, kernels={**profile.kernels, "moe_mxfp4": dataclasses.replace(fit, provenance=prov)}
+    )
+
+
+@pytest.mark.parametrize("gpu", ["h200", "h100"])
+def test_marlin_prices_gpt_oss_experts_at_the_padded_shape_vllm_runs(gpu):
+    """vLLM pads Marlin's mxfp4 experts (``engine_kernels.MARLIN_MXFP4_PAD``): gpt-oss's
+    hidden 2,880 -> 3,072, the rank's intermediate 2,880 / TP -> 2,944 / 1,536 / 768 / 384
+    at TP 1 / 2 / 4 / 8; the padded output is all-reduced."""
+    marlin = resolve_profile(gpu, None, "vllm").with_marlin_experts("moe_mxfp4")
+    fit = marlin.kernels["moe_mxfp4"]
+    assert (fit.provenance["moe_pad_hidden"], fit.provenance["moe_pad_width"]) == (256, 128)
+    flat, model = unpadded(marlin), get_model("gpt-oss-120b")
+    for tp, width in ((1, 2944), (2, 1536), (4, 768), (8, 384)):
+        padded, plain = CostModel(model, marlin, tp), CostModel(model, flat, tp)
+        assert (padded._moe_d, padded._moe_width) == (3072, width)
+        assert (plain._moe_d, plain._moe_width) == (2880, 2880 // tp)
+        # a compute-bound prefill's experts: about the FLOPs' ratio (1.09 / 1.14)
+        flops = 3072 * width / (2880 * 2880 / tp)
+        a = padded.prefill(8192, breakdown=True).items["moe"]
+        b = plain.prefill(8192, breakdown=True).items["moe"]
+        assert 1.03 < a["moe"] / b["moe"] <= flops + 1e-9, (tp, a["moe"] / b["moe"])
+        if tp > 1:  # the all-reduce of the padded hidden states
+            assert a["allreduce"] > b["allreduce"]
+        # decode: the weights streamed grow too
+        a = padded.decode([1000] * 64, breakdown=True).items["moe"]["moe"]
+        b = plain.decode([1000] * 64, breakdown=True).items["moe"]["moe"]
+        assert a > 1.03 * b
+
+
+def test_unpadded_experts_keep_their_shape():
+    """The OAI Triton mxfp4 fit (vLLM's Hopper default) records no padding: the model's."""
+    cm = CostModel(get_model("gpt-oss-120b"), resolve_profile("h200", None, "vllm"), 2)
+    assert (cm._moe_d, cm._moe_width) == (2880, 1440)
