@@ -241,9 +241,11 @@ MARLIN_EXPERT_SCALE: dict[tuple[str, str], float] = {
 # before cutting it back (0.10.2 ``fused_moe/layer.py`` ``forward_native`` lines 1608-1624,
 # ``forward_impl``'s ``reduce_output`` 1818-1826; 0.18.0 ``fused_moe/runner/
 # default_moe_runner.py`` lines 366-369 and 419-425). gpt-oss: hidden 2,880 -> 3,072,
-# intermediate 2,880 / TP -> 2,944 (TP 1), 1,536 / 768 / 384 (TP 2 / 4 / 8). The WNA16 table
-# the Marlin fit and ``MARLIN_EXPERT_SCALE`` were fitted on (hidden 3,584, its intermediates
-# multiples of 128) needs no padding. (hidden multiple, rank intermediate multiple):
+# intermediate 2,880 / TP -> 2,944 (TP 1), 1,536 / 768 / 384 (TP 2 / 4 / 8). The tables the
+# Marlin fit and ``MARLIN_EXPERT_SCALE`` were fitted on (WNA16: hidden 7,168, intermediate
+# 2,048, moe_tp 1-32; mxfp4: hidden 3,584, intermediate 3,072, moe_tp 1-16) were priced at
+# their own shapes, multiples of 256 / 128 but at moe_tp 32 (WNA16, 64 a rank) and 16
+# (mxfp4, 192): not refitted. (hidden multiple, rank intermediate multiple):
 # ``Profile.with_marlin_experts`` records it on the fit, ``MoePricing`` prices the shape.
 MARLIN_MXFP4_PAD: tuple[int, int] = (256, 128)
 
