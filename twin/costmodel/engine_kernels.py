@@ -247,6 +247,10 @@ MARLIN_EXPERT_SCALE: dict[tuple[str, str], float] = {
 # their own shapes, multiples of 256 / 128 but at moe_tp 32 (WNA16, 64 a rank) and 16
 # (mxfp4, 192): not refitted. (hidden multiple, rank intermediate multiple):
 # ``Profile.with_marlin_experts`` records it on the fit, ``MoePricing`` prices the shape.
+# The same ``create_weights`` pads the other mxfp4 backends too, not priced here (their
+# fits keep the model's shape): FlashInfer's SM100 TRT-LLM / bf16 intermediate and hidden to
+# 256, CUTLASS and SM90 FlashInfer to 128, the Triton default the intermediate to 64
+# (gpt-oss TP 2: 1,440 -> 1,472; hidden unpadded): 0.10.2 lines 202-218, 0.18.0 344-372.
 MARLIN_MXFP4_PAD: tuple[int, int] = (256, 128)
 
 
