@@ -211,6 +211,7 @@ def test_marlin_prices_gpt_oss_experts_at_the_padded_shape_vllm_runs(gpu):
         padded, plain = CostModel(model, marlin, tp), CostModel(model, flat, tp)
         assert (padded._moe_d, padded._moe_width) == (3072, width)
         assert (plain._moe_d, plain._moe_width) == (2880, 2880 // tp)
+        assert padded._moe_fit[3] > plain._moe_fit[3]  # the weight tile's bytes, padded
         # a compute-bound prefill's experts: about the FLOPs' ratio (1.09 / 1.14)
         flops = 3072 * width / (2880 * 2880 / tp)
         a = padded.prefill(8192, breakdown=True).items["moe"]
