@@ -472,7 +472,7 @@ class Profile:
         :data:`~twin.costmodel.engine_kernels.MARLIN_WNA16`, at the profile's default
         tables) with its compute term slower by ``MARLIN_EXPERT_SCALE`` (``eff_flops``
         over the factor). That fit's per-shape term is another model's and is dropped.
-        The fit carries the padded shape the kernel runs the experts at
+        An mxfp4 family's fit carries the padded shape the kernel runs the experts at
         (:data:`~twin.costmodel.engine_kernels.MARLIN_MXFP4_PAD`, provenance
         ``moe_pad_hidden`` / ``moe_pad_width``: ``MoePricing`` prices it).
         One line where the profile has no such fit or the GPU no factor."""
@@ -503,6 +503,13 @@ class Profile:
             )
         params = {**marlin.params, "eff_flops": marlin.params["eff_flops"] / scale}
         label = str(marlin.provenance.get("label", ""))
+        # vLLM pads the mxfp4 experts' shape for Marlin (MARLIN_MXFP4_PAD); another Marlin
+        # family (int4 WNA16) keeps the model's
+        pad = (
+            {"moe_pad_hidden": MARLIN_MXFP4_PAD[0], "moe_pad_width": MARLIN_MXFP4_PAD[1]}
+            if family == "moe_mxfp4"
+            else {}
+        )
         fit = replace(
             marlin,
             params=params,
@@ -510,8 +517,7 @@ class Profile:
             provenance={
                 **marlin.provenance,
                 "label": f"{label}, compute x {scale:g} (Marlin {family}: MARLIN_EXPERT_SCALE)",
-                "moe_pad_hidden": MARLIN_MXFP4_PAD[0],
-                "moe_pad_width": MARLIN_MXFP4_PAD[1],
+                **pad,
             },
         )
         return replace(self, kernels={**self.kernels, family: fit})

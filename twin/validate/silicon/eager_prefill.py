@@ -242,10 +242,13 @@ VLLM_EAGER_FROM = "0.14.0"
 # ``torch.cat``), the decode attention (``v1/attention/backends/mla/flashinfer_mla.py``
 # ``trtllm_batch_decode_with_kv_cache_mla``) and ``_v_up_proj`` (l. 798-831: ``torch.bmm``
 # with ``W_UV`` and the output ``copy_``): 5 launches a layer that
-# :data:`VLLM_EAGER_LAUNCHES`' ``mla`` (the prompt path) does not count. FlashInfer MLA is
+# :data:`VLLM_EAGER_LAUNCHES`' ``mla`` (the prompt path) does not count (review42b: the
+# ``copy_`` after ``resize_`` may be a no-op, 4 launches, unless FlashInfer's trtllm MLA decode
+# launches a split-KV reduce: 5 kept, ~1.5 ms a mixed step on B200 apart). FlashInfer MLA is
 # the decode backend vLLM 0.17.0 picks first on compute capability 10 (``platforms/
-# cuda.py`` ``_get_backend_priorities``: ``FLASHINFER_MLA``, then ``CUTLASS_MLA``), so
-# Blackwell (B200, B300) only, and only the release read (0.17.0).
+# cuda.py`` ``_get_backend_priorities``: ``FLASHINFER_MLA``, then ``CUTLASS_MLA``); the MQA
+# branch is the same on Hopper's backends, so limiting it to Blackwell (B200, B300) and the
+# release read (0.17.0) is where it was checked (the Kimi-K2.5 fp4 rows), not a source rule.
 VLLM_MLA_DECODE_LAUNCHES = 5
 VLLM_MLA_DECODE_RELEASES = frozenset({"0.17.0"})
 # Host seconds per launch of vLLM's eager forward, per GPU, fitted on the fit split only:
