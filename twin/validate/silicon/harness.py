@@ -148,6 +148,11 @@ def model_named(row: SiliconRow, names: Iterable[str]) -> str | None:
     return next((name for name in names if name.lower() in path), None)
 
 
+# gpt-oss-120b as InferenceMAX's rows name it (``model_named``), read by the TensorRT-LLM and
+# the vLLM scripts' rules alike.
+INFERENCEMAX_GPTOSS = ("gpt-oss-120b",)
+
+
 _MEASURED = re.compile(r"measured=(\d{4}-\d{2}-\d{2})")
 
 

@@ -10,7 +10,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from twin.model import ModelSpec
-from twin.validate.silicon.harness import inferencemax_row, measured_on, model_named
+from twin.validate.silicon.harness import (
+    INFERENCEMAX_GPTOSS,
+    inferencemax_row,
+    measured_on,
+    model_named,
+)
 from twin.validate.silicon.inferencemax import inferencemax_deepseek, inferencemax_mtp_acceptance
 
 if TYPE_CHECKING:
@@ -54,7 +59,6 @@ INFERENCEMAX_ADP_BALANCE = {
 # (``tensorrt_llm/llmapi/llm_args.py``; the mode's ``ADP_TIMEOUT_ITERS``,
 # ``ADP_BATCHING_WAIT_ITERS``).
 INFERENCEMAX_GPTOSS_ADP_BALANCE = {"attention_dp_balance": "true"}
-INFERENCEMAX_GPTOSS = ("gpt-oss-120b",)
 
 
 def inferencemax_adp_balance(row: SiliconRow) -> dict[str, str]:

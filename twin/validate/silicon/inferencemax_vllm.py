@@ -7,7 +7,13 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from twin.validate.silicon.harness import config_id, inferencemax_row, measured_on, model_named
+from twin.validate.silicon.harness import (
+    INFERENCEMAX_GPTOSS,
+    config_id,
+    inferencemax_row,
+    measured_on,
+    model_named,
+)
 
 if TYPE_CHECKING:
     from twin.validate.silicon.rows import SiliconRow
@@ -93,7 +99,7 @@ INFERENCEMAX_GPTOSS_B200_FP8_KV_FROM = "2025-12-05"
 
 
 def _gptoss_b200_default_kv(row: SiliconRow) -> bool:
-    if row.system != "b200_sxm" or model_named(row, ("gpt-oss-120b",)) is None:
+    if row.system != "b200_sxm" or model_named(row, INFERENCEMAX_GPTOSS) is None:
         return False
     day = measured_on(row)
     return day is not None and day < INFERENCEMAX_GPTOSS_B200_FP8_KV_FROM
