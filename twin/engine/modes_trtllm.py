@@ -258,10 +258,10 @@ TRTLLM_FLAGS = {
         "int",
         "most requests scheduled at once",
         str(MAX_BATCH_SIZE),
-    )[1],
+    ),
     "max_num_tokens": _field(
         "max_num_tokens", "max_batched_tokens", "int", "token budget per step", str(MAX_NUM_TOKENS)
-    )[1],
+    ),
     "batch_wait_timeout_iters": Flag(
         "iterations context requests may be held back while generation requests run",
         _batch_wait_iters,
