@@ -91,6 +91,17 @@ def _field(name: str, target: str, kind: str, help: str, default: str) -> Flag:
     return Flag(help, apply, default)
 
 
+def _scheduler_option(name: str, kind: str = "int", low: int = 1) -> Apply:
+    """The rule of flag ``name`` when it sets the scheduler option of its own name
+    (``EngineConfig.scheduler_options``): an integer of at least ``low``, or a bool."""
+
+    def apply(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+        v = _bool(name, value) if kind == "bool" else _int(name, value, low)
+        out.setdefault("scheduler_options", {})[name] = v
+
+    return apply
+
+
 def _batching_flags(
     running: str,
     budget: str,

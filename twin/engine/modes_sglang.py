@@ -30,6 +30,7 @@ from twin.engine.mode_base import (
     _choice,
     _float,
     _int,
+    _scheduler_option,
 )
 from twin.engine.releases import Release, release_of
 from twin.engine.sglang_speculation import SGLANG_ALGORITHMS, SPECULATIVE_FLAGS, sglang_speculation
@@ -250,22 +251,6 @@ def _sglang_mixed_chunk(value: str, model: ModelSpec, out: dict[str, Any]) -> No
     # SGLangMixedBatching, 0.5.6.post2 schedule_policy.py PrefillAdder); off: SGLang's
     # prefill batches ahead of decodes.
     out["scheduler"] = "sglang-mixed" if _bool("enable_mixed_chunk", value) else "sglang"
-
-
-def _sglang_max_prefill(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # server_args.py --max-prefill-tokens (16384): a prefill batch's input budget.
-    out.setdefault("scheduler_options", {})["max_prefill_tokens"] = _int(
-        "max_prefill_tokens", value
-    )
-
-
-def _sglang_recv_interval(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # server_args.py --scheduler-recv-interval (1): new requests polled once every N decode
-    # iterations (managers/scheduler_recv_skipper.py, 0.5.10.post1; 0.5.23
-    # scheduler_components/recv_skipper.py): twin.engine.batching.
-    out.setdefault("scheduler_options", {})["scheduler_recv_interval"] = _int(
-        "scheduler_recv_interval", value
-    )
 
 
 def _sglang_disaggregation(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
@@ -553,10 +538,16 @@ SGLANG = EngineMode(
             _sglang_mixed_chunk,
             "false",
         ),
-        "max_prefill_tokens": Flag("a prefill batch's input budget", _sglang_max_prefill, "16384"),
+        # server_args.py --max-prefill-tokens (16384): a prefill batch's input budget.
+        "max_prefill_tokens": Flag(
+            "a prefill batch's input budget", _scheduler_option("max_prefill_tokens"), "16384"
+        ),
+        # server_args.py --scheduler-recv-interval (1): new requests polled once every N
+        # decode iterations (managers/scheduler_recv_skipper.py, 0.5.10.post1; 0.5.23
+        # scheduler_components/recv_skipper.py): twin.engine.batching.
         "scheduler_recv_interval": Flag(
             "decode iterations between polls for new requests",
-            _sglang_recv_interval,
+            _scheduler_option("scheduler_recv_interval"),
             "1",
         ),
         **_admission_flags(),
