@@ -82,13 +82,24 @@ def _acceptance(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     out["spec_acceptance"] = value
 
 
-def _field(name: str, target: str, kind: str, help: str, default: str) -> tuple[str, Flag]:
-    """A flag that sets one EngineConfig field."""
+def _field(name: str, target: str, kind: str, help: str, default: str) -> Flag:
+    """Flag ``name``, which sets one EngineConfig field."""
 
     def apply(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
         out[target] = _int(name, value) if kind == "int" else _float(name, value, 0.0, 1.0)
 
-    return name, Flag(help, apply, default)
+    return Flag(help, apply, default)
+
+
+def _scheduler_option(name: str, kind: str = "int", low: int = 1) -> Apply:
+    """The rule of flag ``name`` when it sets the scheduler option of its own name
+    (``EngineConfig.scheduler_options``): an integer of at least ``low``, or a bool."""
+
+    def apply(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+        v = _bool(name, value) if kind == "bool" else _int(name, value, low)
+        out.setdefault("scheduler_options", {})[name] = v
+
+    return apply
 
 
 def _batching_flags(
@@ -98,25 +109,25 @@ def _batching_flags(
     budget_default: str = "8192",
     memory_default: str = "0.9",
     running_default: str = "256",
-) -> list[tuple[str, Flag]]:
+) -> dict[str, Flag]:
     """An engine's names for the running cap, the step's token budget and its memory share."""
-    return [
-        _field(running, "max_running", "int", "most running requests", running_default),
-        _field(
+    return {
+        running: _field(running, "max_running", "int", "most running requests", running_default),
+        budget: _field(
             budget,
             "max_batched_tokens",
             "int",
             "token budget per step (chunked prefill)",
             budget_default,
         ),
-        _field(
+        memory: _field(
             memory,
             "memory_utilization",
             "float",
             "share of HBM for weights + KV pool",
             memory_default,
         ),
-    ]
+    }
 
 
 @dataclass(frozen=True)

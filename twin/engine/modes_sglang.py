@@ -30,6 +30,7 @@ from twin.engine.mode_base import (
     _choice,
     _float,
     _int,
+    _scheduler_option,
 )
 from twin.engine.releases import Release, release_of
 from twin.engine.sglang_speculation import SGLANG_ALGORITHMS, SPECULATIVE_FLAGS, sglang_speculation
@@ -252,22 +253,6 @@ def _sglang_mixed_chunk(value: str, model: ModelSpec, out: dict[str, Any]) -> No
     out["scheduler"] = "sglang-mixed" if _bool("enable_mixed_chunk", value) else "sglang"
 
 
-def _sglang_max_prefill(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # server_args.py --max-prefill-tokens (16384): a prefill batch's input budget.
-    out.setdefault("scheduler_options", {})["max_prefill_tokens"] = _int(
-        "max_prefill_tokens", value
-    )
-
-
-def _sglang_recv_interval(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # server_args.py --scheduler-recv-interval (1): new requests polled once every N decode
-    # iterations (managers/scheduler_recv_skipper.py, 0.5.10.post1; 0.5.23
-    # scheduler_components/recv_skipper.py): twin.engine.batching.
-    out.setdefault("scheduler_options", {})["scheduler_recv_interval"] = _int(
-        "scheduler_recv_interval", value
-    )
-
-
 def _sglang_disaggregation(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # --disaggregation-mode {null, prefill, decode} (0.5.10.post1 server_args.py, 0.5.23
     # arg_groups/fields/disagg.py): one server's role. A twin run is the whole
@@ -367,7 +352,7 @@ def _sglang_admission(name: str, kind: str) -> Apply:
     return apply
 
 
-def _admission_flags() -> list[tuple[str, Flag]]:
+def _admission_flags() -> dict[str, Flag]:
     """SGLang's new_token_ratio knobs: the server flag and its environment variables."""
     helps = {
         "schedule_conservativeness": "scales the new_token_ratio (server flag)",
@@ -377,17 +362,14 @@ def _admission_flags() -> list[tuple[str, Flag]]:
         "sglang_retract_decode_steps": "steps a retraction leaves room for (env)",
         "sglang_clip_max_new_tokens_estimation": "max_new_tokens clip in the estimate (env)",
     }
-    return [
-        (
-            name,
-            Flag(
-                help,
-                _sglang_admission(name, "int" if isinstance(ADMISSION[name], int) else "float"),
-                f"{ADMISSION[name]:g}",
-            ),
+    return {
+        name: Flag(
+            help,
+            _sglang_admission(name, "int" if isinstance(ADMISSION[name], int) else "float"),
+            f"{ADMISSION[name]:g}",
         )
         for name, help in helps.items()
-    ]
+    }
 
 
 _SGLANG_COMMON = (
@@ -498,121 +480,87 @@ SGLANG = EngineMode(
     policy="sglang",
     preemption="retract",
     models="SGLang with its radix cache for hybrid models (MambaRadixCache)",
-    flags=dict(
-        [
-            (
-                "mamba_radix_cache_strategy",
-                Flag(
-                    "auto (extra_buffer on hybrids), no_buffer, extra_buffer (3 states a "
-                    "request), extra_buffer_lazy (2)",
-                    _sglang_strategy("mamba_radix_cache_strategy"),
-                    "auto",
-                ),
-            ),
-            (
-                "mamba_scheduler_strategy",
-                Flag(
-                    "auto (no_buffer), no_buffer or extra_buffer (3 states a request)",
-                    _sglang_strategy("mamba_scheduler_strategy"),
-                    "auto",
-                ),
-            ),
-            (
-                "mamba_track_interval",
-                Flag(
-                    "decode tokens between tracked states (256 only)", _sglang_track_interval, "256"
-                ),
-            ),
-            (
-                "enable_int8_mamba_checkpoint",
-                Flag("cached states in int8: half their bytes", _sglang_int8, "false"),
-            ),
-            ("disable_radix_cache", Flag("no prefix cache", _sglang_radix, "false")),
-            (
-                "disaggregation_mode",
-                Flag(
-                    "null (aggregated); a P/D deployment is --prefill-workers/--decode-workers",
-                    _sglang_disaggregation,
-                    "null",
-                ),
-            ),
-            (
-                "enable_hierarchical_cache",
-                Flag("HiCache: a host-memory tier (ratio 2)", _sglang_hicache, "false"),
-            ),
-            ("hicache_ratio", Flag("host tier / device pool", _sglang_hicache_ratio, "2")),
-            (
-                "hicache_write_policy",
-                Flag(
-                    "write_through, write_through_selective or write_back",
-                    _sglang_write_policy,
-                    "write_through",
-                ),
-            ),
-            (
-                "radix_eviction_policy",
-                Flag(
-                    "lru, lfu, slru, priority (tlru refused; 0.5.10.post1: fifo, mru, filo)",
-                    _sglang_eviction,
-                    "lru",
-                ),
-            ),
-            ("schedule_policy", Flag("fcfs or lpm", _sglang_schedule, "fcfs")),
-            (
-                "nsa_prefill_backend",
-                Flag(
-                    "flashmla_auto, trtllm or flashmla_sparse: GLM-5's forced sparse-MLA "
-                    "prefill kernel on Blackwell",
-                    _sglang_nsa_prefill,
-                    "flashmla_auto",
-                ),
-            ),
-            (
-                "moe_a2a_backend",
-                Flag(
-                    "none (MoE layers gather under --dp-attention) or deepep (DeepEP's "
-                    "dispatch/combine, priced from the profile's a2a fits)",
-                    _sglang_a2a,
-                    "none",
-                ),
-            ),
-            (
-                "mamba_full_memory_ratio",
-                Flag("state pool / KV pool (hybrids)", _sglang_ratio, "0.9"),
-            ),
-            ("page_size", Flag("tokens a page (hybrids: extra_buffer)", _sglang_page, "1")),
-            (
-                "enable_mixed_chunk",
-                Flag(
-                    "prefill chunks mixed into decode steps (false: prefill batches first)",
-                    _sglang_mixed_chunk,
-                    "false",
-                ),
-            ),
-            (
-                "max_prefill_tokens",
-                Flag("a prefill batch's input budget", _sglang_max_prefill, "16384"),
-            ),
-            (
-                "scheduler_recv_interval",
-                Flag(
-                    "decode iterations between polls for new requests",
-                    _sglang_recv_interval,
-                    "1",
-                ),
-            ),
-            *_admission_flags(),
-            *_batching_flags(
-                "max_running_requests",
-                "chunked_prefill_size",
-                "mem_fraction_static",
-                budget_default="8192 (by GPU memory)",
-                memory_default="SGLang's rule (0.830 on an H100 at tp 1)",
-                running_default="2048",
-            ),
-            *SPECULATIVE_FLAGS,
-        ]
-    ),
+    flags={
+        "mamba_radix_cache_strategy": Flag(
+            "auto (extra_buffer on hybrids), no_buffer, extra_buffer (3 states a "
+            "request), extra_buffer_lazy (2)",
+            _sglang_strategy("mamba_radix_cache_strategy"),
+            "auto",
+        ),
+        "mamba_scheduler_strategy": Flag(
+            "auto (no_buffer), no_buffer or extra_buffer (3 states a request)",
+            _sglang_strategy("mamba_scheduler_strategy"),
+            "auto",
+        ),
+        "mamba_track_interval": Flag(
+            "decode tokens between tracked states (256 only)", _sglang_track_interval, "256"
+        ),
+        "enable_int8_mamba_checkpoint": Flag(
+            "cached states in int8: half their bytes", _sglang_int8, "false"
+        ),
+        "disable_radix_cache": Flag("no prefix cache", _sglang_radix, "false"),
+        "disaggregation_mode": Flag(
+            "null (aggregated); a P/D deployment is --prefill-workers/--decode-workers",
+            _sglang_disaggregation,
+            "null",
+        ),
+        "enable_hierarchical_cache": Flag(
+            "HiCache: a host-memory tier (ratio 2)", _sglang_hicache, "false"
+        ),
+        "hicache_ratio": Flag("host tier / device pool", _sglang_hicache_ratio, "2"),
+        "hicache_write_policy": Flag(
+            "write_through, write_through_selective or write_back",
+            _sglang_write_policy,
+            "write_through",
+        ),
+        "radix_eviction_policy": Flag(
+            "lru, lfu, slru, priority (tlru refused; 0.5.10.post1: fifo, mru, filo)",
+            _sglang_eviction,
+            "lru",
+        ),
+        "schedule_policy": Flag("fcfs or lpm", _sglang_schedule, "fcfs"),
+        "nsa_prefill_backend": Flag(
+            "flashmla_auto, trtllm or flashmla_sparse: GLM-5's forced sparse-MLA "
+            "prefill kernel on Blackwell",
+            _sglang_nsa_prefill,
+            "flashmla_auto",
+        ),
+        "moe_a2a_backend": Flag(
+            "none (MoE layers gather under --dp-attention) or deepep (DeepEP's "
+            "dispatch/combine, priced from the profile's a2a fits)",
+            _sglang_a2a,
+            "none",
+        ),
+        "mamba_full_memory_ratio": Flag("state pool / KV pool (hybrids)", _sglang_ratio, "0.9"),
+        "page_size": Flag("tokens a page (hybrids: extra_buffer)", _sglang_page, "1"),
+        "enable_mixed_chunk": Flag(
+            "prefill chunks mixed into decode steps (false: prefill batches first)",
+            _sglang_mixed_chunk,
+            "false",
+        ),
+        # server_args.py --max-prefill-tokens (16384): a prefill batch's input budget.
+        "max_prefill_tokens": Flag(
+            "a prefill batch's input budget", _scheduler_option("max_prefill_tokens"), "16384"
+        ),
+        # server_args.py --scheduler-recv-interval (1): new requests polled once every N
+        # decode iterations (managers/scheduler_recv_skipper.py, 0.5.10.post1; 0.5.23
+        # scheduler_components/recv_skipper.py): twin.engine.batching.
+        "scheduler_recv_interval": Flag(
+            "decode iterations between polls for new requests",
+            _scheduler_option("scheduler_recv_interval"),
+            "1",
+        ),
+        **_admission_flags(),
+        **_batching_flags(
+            "max_running_requests",
+            "chunked_prefill_size",
+            "mem_fraction_static",
+            budget_default="8192 (by GPU memory)",
+            memory_default="SGLang's rule (0.830 on an H100 at tp 1)",
+            running_default="2048",
+        ),
+        **SPECULATIVE_FLAGS,
+    },
     options=_sglang_options,
     admission=dict(ADMISSION),
     scheduler="sglang",

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from twin.engine import speculative
-from twin.engine.mode_base import Flag, _acceptance, _bool, _choice, _field, _int
+from twin.engine.mode_base import Flag, _acceptance, _choice, _field, _scheduler_option
 from twin.engine.releases import release_of
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -212,34 +212,6 @@ def _trtllm_moe_backend(value: str, model: ModelSpec, out: dict[str, Any]) -> No
     _choice("moe_backend", value, TRTLLM_MOE_BACKENDS)
 
 
-def _adp_balance(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    out.setdefault("scheduler_options", {})["attention_dp_balance"] = _bool(
-        "attention_dp_balance", value
-    )
-
-
-def _adp_timeout(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    out.setdefault("scheduler_options", {})["attention_dp_timeout_iters"] = _int(
-        "attention_dp_timeout_iters", value, 0
-    )
-
-
-def _adp_batching_wait(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    out.setdefault("scheduler_options", {})["attention_dp_batching_wait_iters"] = _int(
-        "attention_dp_batching_wait_iters", value, 0
-    )
-
-
-def _overlap(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    out.setdefault("scheduler_options", {})["overlap_scheduler"] = _bool("overlap_scheduler", value)
-
-
-def _batch_wait_iters(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    out.setdefault("scheduler_options", {})["batch_wait_timeout_iters"] = _int(
-        "batch_wait_timeout_iters", value, 0
-    )
-
-
 def _batch_wait_ratio(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     try:
         ratio = float(value)
@@ -258,13 +230,13 @@ TRTLLM_FLAGS = {
         "int",
         "most requests scheduled at once",
         str(MAX_BATCH_SIZE),
-    )[1],
+    ),
     "max_num_tokens": _field(
         "max_num_tokens", "max_batched_tokens", "int", "token budget per step", str(MAX_NUM_TOKENS)
-    )[1],
+    ),
     "batch_wait_timeout_iters": Flag(
         "iterations context requests may be held back while generation requests run",
-        _batch_wait_iters,
+        _scheduler_option("batch_wait_timeout_iters", low=0),
         "0",
     ),
     "batch_wait_max_tokens_ratio": Flag(
@@ -275,24 +247,24 @@ TRTLLM_FLAGS = {
     "overlap_scheduler": Flag(
         "a request arriving during step n joins step n + 2 at the earliest "
         "(TensorRT-LLM's overlap scheduler, on in the engine by default)",
-        _overlap,
+        _scheduler_option("overlap_scheduler", "bool"),
         "false",
     ),
     "attention_dp_balance": Flag(
         "with --dp-attention, hold context requests until every rank has one "
         "(attention_dp_config enable_balance)",
-        _adp_balance,
+        _scheduler_option("attention_dp_balance", "bool"),
         "false",
     ),
     "attention_dp_timeout_iters": Flag(
         "iterations the attention-DP balance holds contexts at most (timeout_iters)",
-        _adp_timeout,
+        _scheduler_option("attention_dp_timeout_iters", low=0),
         str(ADP_TIMEOUT_ITERS),
     ),
     "attention_dp_batching_wait_iters": Flag(
         "iterations the attention-DP balance waits once every rank has a context "
         "(batching_wait_iters)",
-        _adp_batching_wait,
+        _scheduler_option("attention_dp_batching_wait_iters", low=0),
         str(ADP_BATCHING_WAIT_ITERS),
     ),
     "moe_backend": Flag(

@@ -508,125 +508,88 @@ VLLM = EngineMode(
     policy="vllm+",
     preemption="recompute",
     models="vLLM V1 with --enable-prefix-caching and --mamba-cache-mode align",
-    flags=dict(
-        [
-            (
-                "block_size",
-                Flag(
-                    "attention block, a multiple of 16 (hybrids raise it to one state page)",
-                    _vllm_block,
-                    "16",
-                ),
-            ),
-            ("enable_prefix_caching", Flag("cache prefixes", _vllm_prefix_caching, "true")),
-            (
-                "async_scheduling",
-                Flag(
-                    "schedule the next step while the GPU runs this one: the host time "
-                    "overlaps the forward (vLLM's own default is on from 0.14.0)",
-                    _vllm_async,
-                    "false",
-                ),
-            ),
-            (
-                "all2all_backend",
-                Flag(
-                    "allgather_reducescatter, deepep_high_throughput or deepep_low_latency "
-                    "(the MoE layers' exchange under --dp-attention; DeepEP's from the a2a fits)",
-                    _vllm_a2a,
-                    "allgather_reducescatter",
-                ),
-            ),
-            (
-                "mamba_cache_mode",
-                Flag(
-                    "align (hybrid prefix caching) or none (0.19.0: also all, every block)",
-                    _vllm_mamba_mode,
-                    "align",
-                ),
-            ),
-            (
-                "prefix_cache_retention_interval",
-                Flag(
-                    "recurrent states kept: 0 junctions + replay boundary, N also every N "
-                    "tokens, none every block",
-                    _vllm_retention,
-                    "0",
-                ),
-            ),
-            (
-                "prefix_match_unit",
-                Flag(
-                    "tokens a hit may land on (the block only: finer is refused)",
-                    _vllm_match_unit,
-                    "the block",
-                ),
-            ),
-            (
-                "enable_mamba_shared_prefix_checkpoint",
-                Flag(
-                    "needs EAGLE/MTP speculative_config (then no effect: hits finer than "
-                    "the block are not modelled)",
-                    _vllm_shared_prefix,
-                    "false",
-                ),
-            ),
-            (
-                "use_replayssm",
-                Flag("ReplaySSM decode kernel: true refused (hybrids)", _vllm_replayssm, "false"),
-            ),
-            (
-                "replayssm_buffer_len",
-                Flag("ReplaySSM history (read only with use_replayssm)", _vllm_replayssm_len, "16"),
-            ),
-            ("kv_offloading_size", Flag("CPU offload tier, GB", _vllm_offload, "0")),
-            (
-                "moe_backend",
-                Flag(
-                    "auto; marlin: mxfp4 experts through the Marlin MoE kernel "
-                    "(VLLM_MXFP4_USE_MARLIN=1); flashinfer_trtllm_afp8: mxfp4 experts "
-                    "with mxfp8 activations (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1)",
-                    _vllm_moe_backend,
-                    "auto",
-                ),
-            ),
-            (
-                "float32_matmul_precision",
-                Flag(
-                    "highest (IEEE fp32 matmuls on CUDA cores); high, medium: TF32 tensor "
-                    "cores (VLLM_FLOAT32_MATMUL_PRECISION; MiniMax-M2's fp32 router)",
-                    _vllm_f32_matmul,
-                    "highest",
-                ),
-            ),
-            *_batching_flags(
-                "max_num_seqs",
-                "max_num_batched_tokens",
-                "gpu_memory_utilization",
-                budget_default="8192 (2048 below 70 GiB or on an A100)",
-                running_default="1024 (256 below 70 GiB or on an A100)",
-            ),
-            (
-                "speculative_config",
-                Flag(
-                    "JSON: method eagle|eagle3|mtp|draft_model|ngram, num_speculative_tokens, "
-                    "model (draft_model: a preset or config.json), draft_tensor_parallel_size, "
-                    "rejection_sample_method synthetic + synthetic_acceptance_* (acceptance)",
-                    _vllm_spec_config,
-                    "none",
-                ),
-            ),
-            (
-                "speculative_acceptance",
-                Flag(
-                    "twin: drafted tokens accepted, one rate or one per position "
-                    "(default: the method's published one; eagle, eagle3, mtp)",
-                    _acceptance,
-                    "published",
-                ),
-            ),
-        ]
-    ),
+    flags={
+        "block_size": Flag(
+            "attention block, a multiple of 16 (hybrids raise it to one state page)",
+            _vllm_block,
+            "16",
+        ),
+        "enable_prefix_caching": Flag("cache prefixes", _vllm_prefix_caching, "true"),
+        "async_scheduling": Flag(
+            "schedule the next step while the GPU runs this one: the host time "
+            "overlaps the forward (vLLM's own default is on from 0.14.0)",
+            _vllm_async,
+            "false",
+        ),
+        "all2all_backend": Flag(
+            "allgather_reducescatter, deepep_high_throughput or deepep_low_latency "
+            "(the MoE layers' exchange under --dp-attention; DeepEP's from the a2a fits)",
+            _vllm_a2a,
+            "allgather_reducescatter",
+        ),
+        "mamba_cache_mode": Flag(
+            "align (hybrid prefix caching) or none (0.19.0: also all, every block)",
+            _vllm_mamba_mode,
+            "align",
+        ),
+        "prefix_cache_retention_interval": Flag(
+            "recurrent states kept: 0 junctions + replay boundary, N also every N "
+            "tokens, none every block",
+            _vllm_retention,
+            "0",
+        ),
+        "prefix_match_unit": Flag(
+            "tokens a hit may land on (the block only: finer is refused)",
+            _vllm_match_unit,
+            "the block",
+        ),
+        "enable_mamba_shared_prefix_checkpoint": Flag(
+            "needs EAGLE/MTP speculative_config (then no effect: hits finer than "
+            "the block are not modelled)",
+            _vllm_shared_prefix,
+            "false",
+        ),
+        "use_replayssm": Flag(
+            "ReplaySSM decode kernel: true refused (hybrids)", _vllm_replayssm, "false"
+        ),
+        "replayssm_buffer_len": Flag(
+            "ReplaySSM history (read only with use_replayssm)", _vllm_replayssm_len, "16"
+        ),
+        "kv_offloading_size": Flag("CPU offload tier, GB", _vllm_offload, "0"),
+        "moe_backend": Flag(
+            "auto; marlin: mxfp4 experts through the Marlin MoE kernel "
+            "(VLLM_MXFP4_USE_MARLIN=1); flashinfer_trtllm_afp8: mxfp4 experts "
+            "with mxfp8 activations (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1)",
+            _vllm_moe_backend,
+            "auto",
+        ),
+        "float32_matmul_precision": Flag(
+            "highest (IEEE fp32 matmuls on CUDA cores); high, medium: TF32 tensor "
+            "cores (VLLM_FLOAT32_MATMUL_PRECISION; MiniMax-M2's fp32 router)",
+            _vllm_f32_matmul,
+            "highest",
+        ),
+        **_batching_flags(
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "gpu_memory_utilization",
+            budget_default="8192 (2048 below 70 GiB or on an A100)",
+            running_default="1024 (256 below 70 GiB or on an A100)",
+        ),
+        "speculative_config": Flag(
+            "JSON: method eagle|eagle3|mtp|draft_model|ngram, num_speculative_tokens, "
+            "model (draft_model: a preset or config.json), draft_tensor_parallel_size, "
+            "rejection_sample_method synthetic + synthetic_acceptance_* (acceptance)",
+            _vllm_spec_config,
+            "none",
+        ),
+        "speculative_acceptance": Flag(
+            "twin: drafted tokens accepted, one rate or one per position "
+            "(default: the method's published one; eagle, eagle3, mtp)",
+            _acceptance,
+            "published",
+        ),
+    },
     options=_vllm_options,
     scheduler="vllm",
     # vLLM V1 frees a preempted request's blocks still hashed (twin.engine.vllm_batching).

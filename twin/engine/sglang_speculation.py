@@ -188,18 +188,15 @@ _FLAGS = {
         "acceptance length a verify (env SGLANG_SIMULATE_ACC_LEN)",
     ),
 }
-SPECULATIVE_FLAGS: tuple[tuple[str, Flag], ...] = (
-    *(
-        (name, Flag(help, _sglang_spec(name, kind), default))
+SPECULATIVE_FLAGS: dict[str, Flag] = {
+    **{
+        name: Flag(help, _sglang_spec(name, kind), default)
         for name, (kind, default, help) in _FLAGS.items()
+    },
+    "speculative_acceptance": Flag(
+        "twin: drafted tokens accepted, one rate or one per position "
+        "(default: the method's published one; EAGLE, EAGLE3, NEXTN)",
+        _acceptance,
+        "published",
     ),
-    (
-        "speculative_acceptance",
-        Flag(
-            "twin: drafted tokens accepted, one rate or one per position "
-            "(default: the method's published one; EAGLE, EAGLE3, NEXTN)",
-            _acceptance,
-            "published",
-        ),
-    ),
-)
+}

@@ -65,24 +65,17 @@ def ssd_sequential(
     dt_softplus: bool = False,
     initial_states: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The naive token-by-token recurrence: (y, final_state). The ground truth."""
-    b, length, h, p = x.shape
-    n = B.shape[-1]
-    dt = _prepare_dt(dt, dt_bias, dt_softplus)
-    Bh, Ch = _f(_heads(B, h)), _f(_heads(C, h))
+    """The naive token-by-token recurrence, :func:`ssd_step` a token: (y, final_state).
+    The ground truth."""
+    b, _, h, p = x.shape
     state = (
         _f(initial_states).clone()
         if initial_states is not None
-        else x.new_zeros((b, h, p, n), dtype=torch.float32)
+        else _f(x).new_zeros((b, h, p, B.shape[-1]))
     )
-    ys = []
-    for t in range(length):
-        decay = torch.exp(dt[:, t] * _f(A))  # (b, h)
-        inp = (dt[:, t, :, None] * _f(x[:, t]))[..., None] * Bh[:, t, :, None, :]
-        state = decay[:, :, None, None] * state + inp
-        ys.append(torch.einsum("bhpn,bhn->bhp", state, Ch[:, t]))
-    y = torch.stack(ys, dim=1)
-    return _output(y, x, D), state
+    dt = _prepare_dt(dt, dt_bias, dt_softplus)  # once: softplus of a slice may round apart
+    ys = [ssd_step(state, x[:, t], dt[:, t], A, B[:, t], C[:, t], D) for t in range(x.shape[1])]
+    return torch.stack(ys, dim=1), state
 
 
 def ssd_chunked(
