@@ -138,8 +138,10 @@ class Cluster:
             max(self.horizon_s, 1e-3) / arrivals.samples,
             max_samples=2 * arrivals.samples,
         )
-        # Per replica: when its front end is next free (None: no front end, frontend_s 0).
+        # Per replica: when its front end is next free (None: no front end, frontend_s 0),
+        # and its last pass's start and requests (``frontend_batch``).
         self._front: list[float] | None = [0.0] * replicas if config.host_time.frontend_s else None
+        self._front_pass: list[tuple[float, int]] = [(-1.0, 0)] * replicas
         self._finished = env.event()
         self._arrivals_done = False
         self._active = 0  # sessions still submitting or waiting on a turn
@@ -375,16 +377,34 @@ class Cluster:
         """``req`` is sent now; the replica's front end (``frontend_s``: HTTP, tokenisation,
         hand-off) takes it in arrival order, one at a time, and then the engine queues it.
 
-        A single server with a fixed service time: requests sent together reach the engine
-        ``frontend_s`` apart (an API server's event loop processes them one by one); the
-        record's arrival is the send time, so TTFT counts the front end.
+        A single server with a fixed service time per pass: with ``frontend_batch`` 1
+        requests sent together reach the engine ``frontend_s`` apart (an event loop that
+        processes them one by one); with ``frontend_batch`` B a pass takes every request
+        sent before it starts (at its start included), up to B, and they reach the engine
+        together: vLLM's API server tokenises text prompts in one thread that takes up to
+        32 queued prompts a call (vLLM 0.15.1 ``utils/async_utils.py``
+        ``AsyncMicrobatchTokenizer``, ``max_batch_size=32``, l. 32-58 and
+        ``_batch_encode_loop`` l. 85-136, called by ``entrypoints/renderer.py``
+        ``CompletionRenderer._create_prompt_from_text``); 0: any number, each request
+        ``frontend_s`` after it is sent (a latency). The record's arrival is the send time,
+        so TTFT counts the front end.
         """
         assert self._front is not None
         if replica is None:
             replica = self._route(req)
         env, free = self.env, self._front
         sent = env.now
-        done = max(sent, free[replica.index]) + self.config.host_time.frontend_s
+        front = self.config.host_time
+        start, count = self._front_pass[replica.index]
+        if not front.frontend_batch:
+            done = sent + front.frontend_s  # a latency: nothing waits
+        elif front.frontend_batch != 1 and start >= sent and count < front.frontend_batch:
+            done = start + front.frontend_s  # the pass not yet started has room
+            self._front_pass[replica.index] = (start, count + 1)
+        else:
+            start = max(sent, free[replica.index])
+            done = start + front.frontend_s
+            self._front_pass[replica.index] = (start, 1)
         free[replica.index] = done
         yield env.timeout(done - sent)
         return self._submit(req, replica, sent)

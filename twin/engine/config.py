@@ -230,6 +230,13 @@ class HostTimeConfig:
         "engine) spends on each request before the engine queues it, one request at a "
         "time per replica; counted in TTFT. 0: none (the engine sees requests as sent)",
     )
+    frontend_batch: int = _opt(
+        1,
+        "requests the front end takes in one pass of frontend_s: those sent while a pass "
+        "waits for its turn (or at its start) share it, up to this many; 1: one request at "
+        "a time; 0: any number, the front end a latency (vLLM's tokeniser thread batches "
+        "up to 32: twin.engine.cluster.Cluster._through_front)",
+    )
     stream_token_s: float = _opt(
         0.0,
         "seconds the serving path's response side (one process: the engine's per-token "
@@ -384,6 +391,7 @@ SUMMARY_ORDER = (
     "host_write_policy",
     "new_token_ratio",
     "frontend_s",
+    "frontend_batch",
     "stream_token_s",
     "step_host_s",
     "seq_host_s",
@@ -535,6 +543,13 @@ class EngineConfig:
                 name,
                 "is not modelled with attention data parallelism",
             )
+        need(
+            isinstance(h.frontend_batch, int)
+            and not isinstance(h.frontend_batch, bool)
+            and h.frontend_batch >= 0,
+            "frontend_batch",
+            "must be a whole number >= 0",
+        )
         need(h.eager_graph_tokens >= 0, "eager_graph_tokens", "must be >= 0")
         need(isinstance(h.eager_overlap, bool), "eager_overlap", "must be true or false")
         cold = h.cold_prefix_stall_s

@@ -69,6 +69,7 @@ class NamedSettings(TypedDict, total=False):
     speculative: dict[str, Any]
     # host_time (HostTimeConfig)
     frontend_s: float
+    frontend_batch: int
     stream_token_s: float
     step_host_s: float
     seq_host_s: float

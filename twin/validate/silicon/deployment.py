@@ -1,7 +1,7 @@
 """The server each row ran: its engine mode, and its limits under a deployment kind
 (``DEPLOYMENTS``), from its collection's rules (``aiconfigurator_limits``, the
-``inferencemax_*`` scripts); TensorRT-LLM's overlap scheduler, on whatever the
-deployment."""
+``inferencemax_*`` scripts); TensorRT-LLM's overlap scheduler and vLLM's front end in
+passes, on whatever the deployment."""
 
 from __future__ import annotations
 
@@ -108,6 +108,27 @@ def trtllm_overlap_scheduler(row: SiliconRow) -> dict[str, str]:
     if row.backend != "trtllm" or (row.attention_dp or 1) > 1 or (row.pp or 1) > 1:
         return {}
     return dict(TRTLLM_OVERLAP_SETS)
+
+
+# vLLM's API server takes the requests sent together in passes, not one at a time: a text
+# prompt is tokenised by ``AsyncMicrobatchTokenizer`` (vLLM 0.15.1 ``utils/async_utils.py``
+# l. 24-136: one thread, ``max_batch_size=32``, a 2 ms wait for more; called by
+# ``entrypoints/renderer.py`` ``CompletionRenderer._create_prompt_from_text`` l. 313-344,
+# the ``/v1/completions`` path InferenceMAX's ``benchmark_serving.py --backend vllm``
+# sends its text prompts to), and the rest of the request's way (HTTP, input processing,
+# the engine client) runs on one asyncio loop whose awaits do not hold the others. The
+# twin's front end (``frontend_s``, one server per replica: ``twin.engine.cluster.
+# Cluster._through_front``) takes up to that many requests a pass (``frontend_batch``);
+# the pass keeps the fitted ``frontend_s``. The release read: 0.15.1 (the key).
+VLLM_FRONTEND_BATCH = {"0.15.1": 32}
+
+
+def vllm_frontend_batch(row: SiliconRow) -> int:
+    """``frontend_batch`` of ``row``'s vLLM server (above); 0 where not modelled (another
+    engine or release: the front end one request at a time)."""
+    if row.backend != "vllm":
+        return 0
+    return VLLM_FRONTEND_BATCH.get(row.backend_version, 0)
 
 
 def engine_build(row: SiliconRow) -> str:
