@@ -521,7 +521,7 @@ def test_the_front_end_takes_requests_one_at_a_time_and_ttft_counts_it(tmp_path)
 
 def test_engine_modes_get_their_fitted_engine_times_on_the_gpu_they_were_fitted_on():
     assert engine_time_defaults("vllm", "h100")["seq_host_s"] > 0
-    assert engine_time_defaults("vllm", "b200") == {"frontend_s": 0.02}  # its front end only
+    assert engine_time_defaults("vllm", "b200") == {"frontend_s": 0.03}  # its front end only (passes of 32)
     assert engine_time_defaults("vllm", "b300") == {"frontend_s": 0.015}
     assert engine_time_defaults("vllm", "gb200") == {}  # none fitted
     assert engine_time_defaults("trtllm", "h100")["frontend_s"] == 0.02  # refitted, session 23

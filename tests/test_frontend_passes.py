@@ -1,5 +1,5 @@
 """The serving front end in passes (``HostTimeConfig.frontend_batch``,
-``twin.engine.cluster.Cluster._through_front``) and vLLM 0.15.1's rows, whose API server
+``twin.engine.cluster.Cluster._through_front``) and vLLM's rows, whose API server
 tokenises up to 32 queued prompts a call (``silicon.deployment.vllm_frontend_batch``)."""
 
 from __future__ import annotations
@@ -58,18 +58,14 @@ def test_the_batch_is_a_config_field_left_out_of_summaries_at_its_default():
             EngineConfig.of(frontend_batch=bad)
 
 
-def test_vllm_0_15_1_rows_take_their_front_end_in_passes_of_32():
+def test_vllm_rows_take_their_front_end_in_passes_of_32_whatever_the_release():
     source = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=4"
     shape = {"isl": 1024, "osl": 1024, "concurrency": 4, "tp": 8}
-    row = silicon_row(source=source, system="b200_sxm", backend_version="0.15.1", **shape)
-    assert vllm_frontend_batch(row) == 32
-    assert planned(row).deployment["frontend_batch"] == 32
-    # another release (not read), another engine: one request at a time
-    for other in (
-        silicon_row(source=source, system="b200_sxm", backend_version="0.19.0"),
-        silicon_row(source=source, system="b200_sxm", backend="sglang"),
-    ):
-        assert vllm_frontend_batch(other) == 0
-    later = planned(row, backend_version="0.19.0")
-    assert "frontend_batch" not in later.deployment
-    assert VLLM_FRONTEND_BATCH == {"0.15.1": 32}
+    for release in ("0.15.1", "0.19.0", "0.12.0", ""):
+        row = silicon_row(source=source, system="b200_sxm", backend_version=release, **shape)
+        assert vllm_frontend_batch(row) == 32
+        assert planned(row).deployment["frontend_batch"] == 32
+    # another engine: its front end one request at a time
+    other = silicon_row(source=source, system="b200_sxm", backend="sglang")
+    assert vllm_frontend_batch(other) == 0
+    assert VLLM_FRONTEND_BATCH == 32

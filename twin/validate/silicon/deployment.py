@@ -116,19 +116,21 @@ def trtllm_overlap_scheduler(row: SiliconRow) -> dict[str, str]:
 # ``entrypoints/renderer.py`` ``CompletionRenderer._create_prompt_from_text`` l. 313-344,
 # the ``/v1/completions`` path InferenceMAX's ``benchmark_serving.py --backend vllm``
 # sends its text prompts to), and the rest of the request's way (HTTP, input processing,
-# the engine client) runs on one asyncio loop whose awaits do not hold the others. The
-# twin's front end (``frontend_s``, one server per replica: ``twin.engine.cluster.
+# the engine client) runs on one asyncio loop whose awaits do not hold the others. Every
+# release the rows ran has it, with the same batch: 0.10.2 and 0.12.0
+# (``entrypoints/renderer.py`` ``_get_async_tokenizer``), 0.17.0 and 0.18.0
+# (``renderers/base.py`` ``get_async_tokenizer``; ``utils/async_utils.py``
+# ``max_batch_size: int = 32``), 0.19.0 (session 27's read), so every vLLM row takes it.
+# The twin's front end (``frontend_s``, one server per replica: ``twin.engine.cluster.
 # Cluster._through_front``) takes up to that many requests a pass (``frontend_batch``);
-# the pass keeps the fitted ``frontend_s``. The release read: 0.15.1 (the key).
-VLLM_FRONTEND_BATCH = {"0.15.1": 32}
+# ``frontend_s`` was refitted per GPU with the passes in place (``engine_times.json``).
+VLLM_FRONTEND_BATCH = 32
 
 
 def vllm_frontend_batch(row: SiliconRow) -> int:
-    """``frontend_batch`` of ``row``'s vLLM server (above); 0 where not modelled (another
-    engine or release: the front end one request at a time)."""
-    if row.backend != "vllm":
-        return 0
-    return VLLM_FRONTEND_BATCH.get(row.backend_version, 0)
+    """``frontend_batch`` of ``row``'s server (above): vLLM's tokeniser batch; 0 for the
+    other engines (their front end one request at a time)."""
+    return VLLM_FRONTEND_BATCH if row.backend == "vllm" else 0
 
 
 def engine_build(row: SiliconRow) -> str:
