@@ -173,12 +173,16 @@ def test_vllm_batch_defaults_follow_its_device_classes(gpu, gpu_bytes, tokens, s
     # sequences on 70 GiB or more but an A100, else 2,048 and 256.
     from twin.engine.modes_vllm import vllm_gpu_defaults
 
-    out = {"max_batched_tokens": tokens, "max_running": seqs}
+    # and its front end's tokeniser batch, whatever the GPU (VLLM_FRONTEND_BATCH)
+    front = {"frontend_batch": 32}
+    out = {"max_batched_tokens": tokens, "max_running": seqs, **front}
     assert vllm_gpu_defaults(gpu_bytes, 1, {}, gpu) == out
     assert vllm_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 512}, gpu) == {
-        "max_running": min(seqs, 512)
+        "max_running": min(seqs, 512),
+        **front,
     }
-    assert vllm_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1, "max_running": 1}, gpu) == {}
+    given = {"max_batched_tokens": 1, "max_running": 1, "frontend_batch": 1}
+    assert vllm_gpu_defaults(gpu_bytes, 1, given, gpu) == {}
 
 
 def test_engine_batch_defaults_reach_the_run_config():
@@ -521,7 +525,9 @@ def test_the_front_end_takes_requests_one_at_a_time_and_ttft_counts_it(tmp_path)
 
 def test_engine_modes_get_their_fitted_engine_times_on_the_gpu_they_were_fitted_on():
     assert engine_time_defaults("vllm", "h100")["seq_host_s"] > 0
-    assert engine_time_defaults("vllm", "b200") == {"frontend_s": 0.03}  # its front end only (passes of 32)
+    assert engine_time_defaults("vllm", "b200") == {
+        "frontend_s": 0.03
+    }  # its front end only (passes of 32)
     assert engine_time_defaults("vllm", "b300") == {"frontend_s": 0.015}
     assert engine_time_defaults("vllm", "gb200") == {}  # none fitted
     assert engine_time_defaults("trtllm", "h100")["frontend_s"] == 0.02  # refitted, session 23

@@ -1,6 +1,6 @@
 """The serving front end in passes (``HostTimeConfig.frontend_batch``,
 ``twin.engine.cluster.Cluster._through_front``) and vLLM's rows, whose API server
-tokenises up to 32 queued prompts a call (``silicon.deployment.vllm_frontend_batch``)."""
+tokenises up to 32 queued prompts a call (``modes_vllm.VLLM_FRONTEND_BATCH``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import pytest
 from silicon_rows import planned, silicon_row
 from test_engine_helpers import ConstantPricer, run, single_turns
 
+from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
+from twin.engine.config_build import build_config
+from twin.engine.modes_vllm import VLLM_FRONTEND_BATCH
 from twin.errors import TwinError
-from twin.validate.silicon.deployment import VLLM_FRONTEND_BATCH, vllm_frontend_batch
 
 
 def _first_tokens(tmp_path, arrivals, pricer, **config):
@@ -58,14 +60,35 @@ def test_the_batch_is_a_config_field_left_out_of_summaries_at_its_default():
             EngineConfig.of(frontend_batch=bad)
 
 
-def test_vllm_rows_take_their_front_end_in_passes_of_32_whatever_the_release():
+def test_vllm_runs_take_their_front_end_in_passes_of_32_whatever_the_release():
+    """vLLM's engine mode gives its front end the tokeniser's batch (VLLM_FRONTEND_BATCH)
+    on every release, unless given; the other modes keep one request at a time."""
+    h100 = load_profile("h100", "vllm")
+    for engine in ("vllm", "vllm==0.19.0"):
+        name, _, release = engine.partition("==")
+        extra = {"engine_release": release} if release else {}
+        config = build_config(profile=h100, engine=name, **extra)
+        assert config.host_time.frontend_batch == VLLM_FRONTEND_BATCH == 32
+        assert config.host_time.frontend_s == 0.01  # H100's fitted front end, in passes
+    given = build_config(profile=h100, engine="vllm", frontend_batch=1)
+    assert given.host_time.frontend_batch == 1
+    for other in ("sglang", "trtllm"):
+        assert (
+            build_config(profile=load_profile("h100", other), engine=other).host_time.frontend_batch
+            == 1
+        )
+
+
+def test_vllm_silicon_rows_run_with_the_modes_front_end(tmp_path):
+    """A vLLM row of any release is simulated with its front end in passes of 32 (the
+    mode's default reaches the scorer's run; the plan itself names no batch)."""
+    from twin.validate.silicon.predict import plan_run
+
     source = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=4"
     shape = {"isl": 1024, "osl": 1024, "concurrency": 4, "tp": 8}
-    for release in ("0.15.1", "0.19.0", "0.12.0", ""):
+    for release in ("0.15.1", "0.19.0"):
         row = silicon_row(source=source, system="b200_sxm", backend_version=release, **shape)
-        assert vllm_frontend_batch(row) == 32
-        assert planned(row).deployment["frontend_batch"] == 32
-    # another engine: its front end one request at a time
-    other = silicon_row(source=source, system="b200_sxm", backend="sglang")
-    assert vllm_frontend_batch(other) == 0
-    assert VLLM_FRONTEND_BATCH == 32
+        plan = planned(row)
+        assert "frontend_batch" not in plan.deployment
+        run = plan_run(plan, tmp_path)
+        assert run.config.host_time.frontend_batch == 32

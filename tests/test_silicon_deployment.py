@@ -45,11 +45,9 @@ def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
         sil.deployment(row, "vllm", "x")
     plan = sil.plan_row(_rows()["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS)
     assert isinstance(plan, sil.RowPlan)
-    # vLLM's tokeniser batch (``vllm_frontend_batch``) is the engine's own, whatever the kind
-    sets = {"max_num_batched_tokens": "1566", "max_num_seqs": "2"}
-    assert plan.deployment == {"sets": sets, "frontend_batch": 32}
+    assert plan.deployment == {"sets": {"max_num_batched_tokens": "1566", "max_num_seqs": "2"}}
     plan = sil.plan_row(_rows()["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS, "defaults")
-    assert isinstance(plan, sil.RowPlan) and plan.deployment == {"frontend_batch": 32}
+    assert isinstance(plan, sil.RowPlan) and plan.deployment == {}
 
 
 def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -> None:
@@ -72,8 +70,7 @@ def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -
     plan = sil.plan_row(imax, CONFIGS)
     assert isinstance(plan, sil.RowPlan)
     assert (plan.warmup, plan.requests, plan.range_ratio) == (0, 20, 0.8)
-    sets = {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}
-    assert plan.deployment == {"sets": sets, "frontend_batch": 32}
+    assert plan.deployment == {"sets": {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}}
     llama = replace(imax, model_path="meta-llama/Llama-3.1-70B")
     assert sil.deployment(llama, "trtllm") == {"max_batched_tokens": 16384}
     r1 = replace(imax, model_path="deepseek-ai/DeepSeek-R1", isl=8192, concurrency=32)

@@ -480,6 +480,21 @@ VLLM_RELEASES = (
 # ``max_num_batched_tokens`` 8,192 and ``max_num_seqs`` 1,024; otherwise 2,048 and 256.
 # ``max_num_seqs`` is then clipped to ``max_num_batched_tokens``.
 VLLM_LARGE_GPU_BYTES = 70 * (1 << 30)
+
+# vLLM's API server takes the requests sent together in passes, not one at a time: a text
+# prompt is tokenised by ``AsyncMicrobatchTokenizer`` (vLLM 0.15.1 ``utils/async_utils.py``
+# l. 24-136: one thread, ``max_batch_size=32``, a 2 ms wait for more; called by
+# ``entrypoints/renderer.py`` ``CompletionRenderer._create_prompt_from_text`` l. 313-344,
+# the ``/v1/completions`` path), and the rest of the request's way (HTTP, input
+# processing, the engine client) runs on one asyncio loop whose awaits do not hold the
+# others. Every release read has it with the same batch: 0.10.2 and 0.12.0
+# (``entrypoints/renderer.py`` ``_get_async_tokenizer``), 0.17.0 and 0.18.0
+# (``renderers/base.py`` ``get_async_tokenizer``; ``utils/async_utils.py``
+# ``max_batch_size: int = 32``), 0.19.0 (session 27's read). The front end
+# (``frontend_s``, fitted per GPU with these passes in place: ``engine_times.json``) takes
+# up to that many requests a pass (``HostTimeConfig.frontend_batch``,
+# ``twin.engine.cluster.Cluster._through_front``).
+VLLM_FRONTEND_BATCH = 32
 VLLM_BATCH_DEFAULTS = {True: (8192, 1024), False: (2048, 256)}
 
 
@@ -490,10 +505,13 @@ def vllm_gpu_defaults(
     gpu: str = "",
     model: ModelSpec | None = None,
 ) -> dict[str, Any]:
-    """vLLM's step budget and sequence cap on this GPU, where not given (above)."""
+    """vLLM's step budget and sequence cap on this GPU, and its front end's batch (any
+    GPU), where not given (above)."""
     large = gpu_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in gpu.lower()
     tokens, seqs = VLLM_BATCH_DEFAULTS[large]
     out: dict[str, Any] = {}
+    if "frontend_batch" not in given:
+        out["frontend_batch"] = VLLM_FRONTEND_BATCH
     if "max_batched_tokens" not in given:
         out["max_batched_tokens"] = tokens
     if "max_running" not in given:

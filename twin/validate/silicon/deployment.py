@@ -1,7 +1,7 @@
 """The server each row ran: its engine mode, and its limits under a deployment kind
 (``DEPLOYMENTS``), from its collection's rules (``aiconfigurator_limits``, the
-``inferencemax_*`` scripts); TensorRT-LLM's overlap scheduler and vLLM's front end in
-passes, on whatever the deployment."""
+``inferencemax_*`` scripts); TensorRT-LLM's overlap scheduler, on whatever the
+deployment."""
 
 from __future__ import annotations
 
@@ -108,29 +108,6 @@ def trtllm_overlap_scheduler(row: SiliconRow) -> dict[str, str]:
     if row.backend != "trtllm" or (row.attention_dp or 1) > 1 or (row.pp or 1) > 1:
         return {}
     return dict(TRTLLM_OVERLAP_SETS)
-
-
-# vLLM's API server takes the requests sent together in passes, not one at a time: a text
-# prompt is tokenised by ``AsyncMicrobatchTokenizer`` (vLLM 0.15.1 ``utils/async_utils.py``
-# l. 24-136: one thread, ``max_batch_size=32``, a 2 ms wait for more; called by
-# ``entrypoints/renderer.py`` ``CompletionRenderer._create_prompt_from_text`` l. 313-344,
-# the ``/v1/completions`` path InferenceMAX's ``benchmark_serving.py --backend vllm``
-# sends its text prompts to), and the rest of the request's way (HTTP, input processing,
-# the engine client) runs on one asyncio loop whose awaits do not hold the others. Every
-# release the rows ran has it, with the same batch: 0.10.2 and 0.12.0
-# (``entrypoints/renderer.py`` ``_get_async_tokenizer``), 0.17.0 and 0.18.0
-# (``renderers/base.py`` ``get_async_tokenizer``; ``utils/async_utils.py``
-# ``max_batch_size: int = 32``), 0.19.0 (session 27's read), so every vLLM row takes it.
-# The twin's front end (``frontend_s``, one server per replica: ``twin.engine.cluster.
-# Cluster._through_front``) takes up to that many requests a pass (``frontend_batch``);
-# ``frontend_s`` was refitted per GPU with the passes in place (``engine_times.json``).
-VLLM_FRONTEND_BATCH = 32
-
-
-def vllm_frontend_batch(row: SiliconRow) -> int:
-    """``frontend_batch`` of ``row``'s server (above): vLLM's tokeniser batch; 0 for the
-    other engines (their front end one request at a time)."""
-    return VLLM_FRONTEND_BATCH if row.backend == "vllm" else 0
 
 
 def engine_build(row: SiliconRow) -> str:

@@ -26,7 +26,6 @@ from twin.validate.silicon.deployment import (
     ENGINE_OF_BACKEND,
     deployment,
     trtllm_overlap_scheduler,
-    vllm_frontend_batch,
 )
 from twin.validate.silicon.eager_prefill import (
     eager_prefill_s,
@@ -262,9 +261,6 @@ def plan_row(
     overlap = trtllm_overlap_scheduler(row) if engine == "trtllm" and not pool else {}
     if overlap:  # the engine's own default, whatever the deployment
         limits = {**limits, "sets": {**limits.get("sets", {}), **overlap}}
-    front = vllm_frontend_batch(row)
-    if front:  # the engine's own front end, whatever the deployment
-        limits = {**limits, "frontend_batch": front}
     # InferenceMAX's scripts name their KV cache (the pairing) but for the ones read here
     # that name none (``inferencemax_sglang_default_kv``, ``inferencemax_vllm_default_kv``);
     # the other collections' vLLM rows keep the pairing
