@@ -266,42 +266,23 @@ def recommend(
     recs = []
     for (policy, rate, n, per, stages), cells in by.items():
         ok = [c for c in cells if meets(c, targets)]
-        values = lambda c: tuple((s, c.get(s.column)) for s in targets)  # noqa: E731
-        if ok:
-            best = min(ok, key=lambda c: c["cache_gb"])
-            target = binding_target(best, targets)
-            recs.append(
-                Recommendation(
-                    policy,
-                    rate,
-                    best["cache_gb"],
-                    None if target is None else best.get(target.column),
-                    n * per * stages,
-                    per,
-                    target,
-                    verdict_of(best),
-                    None,
-                    values(best),
-                    pp=stages,
-                )
-            )
-            continue
-        top = max(cells, key=lambda c: c["cache_gb"])
-        missed = failing(top, targets)
+        # The smallest cache meeting the SLOs; where none does, the largest swept says why.
+        cell = (min if ok else max)(ok or cells, key=lambda c: c["cache_gb"])
+        target = binding_target(cell, targets) if ok or failing(cell, targets) else None
         recs.append(
             Recommendation(
                 policy,
                 rate,
-                None,
-                None,
+                cell["cache_gb"] if ok else None,
+                cell.get(target.column) if ok and target is not None else None,
                 n * per * stages,
                 per,
-                binding_target(top, targets) if missed else None,
-                verdict_of(top),
-                binding_resource(top, targets),
-                values(top),
-                top["cache_gb"],
-                top.get("verdict_reason"),
+                target,
+                verdict_of(cell),
+                binding_resource(cell, targets),  # None where it meets
+                tuple((s, cell.get(s.column)) for s in targets),
+                None if ok else cell["cache_gb"],
+                None if ok else cell.get("verdict_reason"),
                 stages,
             )
         )
