@@ -257,34 +257,13 @@ def figures(
     cdf_cache = cdf_cache_gb if cdf_cache_gb is not None else max(a["cache_gb"] for a in agg)
     for rate in rates:
         tag, where = _tag(rate), rate_label(rate)
-        out.append(
-            (
-                f"fig-ttft-vs-cache-{tag}",
-                f"TTFT vs cache size, {where}",
-                fig_ttft_vs_cache(agg, rate, slo),
-            )
-        )
-        out.append(
-            (
-                f"fig-hit-vs-cache-{tag}",
-                f"Token hit rate vs cache size, {where}",
-                fig_hit_vs_cache(agg, rate),
-            )
-        )
-        out.append(
-            (
-                f"fig-flops-vs-cache-{tag}",
-                f"Prefill FLOPs saved vs cache size, {where}",
-                fig_flops_vs_cache(agg, rate),
-            )
-        )
-        out.append(
-            (
-                f"fig-composition-{tag}",
-                f"Mean cache composition (KV vs SSM bytes), {where}",
-                fig_composition(agg, rate),
-            )
-        )
+        for stem, caption, svg in (
+            ("ttft-vs-cache", "TTFT vs cache size", fig_ttft_vs_cache(agg, rate, slo)),
+            ("hit-vs-cache", "Token hit rate vs cache size", fig_hit_vs_cache(agg, rate)),
+            ("flops-vs-cache", "Prefill FLOPs saved vs cache size", fig_flops_vs_cache(agg, rate)),
+            ("composition", "Mean cache composition (KV vs SSM bytes)", fig_composition(agg, rate)),
+        ):
+            out.append((f"fig-{stem}-{tag}", f"{caption}, {where}", svg))
         if rows:
             cdf = fig_ttft_cdf(rows, policies, rate, cdf_cache, slo)
             if cdf is not None:
