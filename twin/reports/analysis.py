@@ -187,11 +187,6 @@ def gpus(row: dict[str, Any]) -> int:
     return int(row.get("replicas") or 1) * int(row.get("tp") or 1) * int(row.get("pp") or 1)
 
 
-def gpu_counts(rows: list[dict[str, Any]]) -> list[int]:
-    """The GPU counts in the sweep's rows (or aggregate), smallest first."""
-    return sorted({gpus(r) for r in rows})
-
-
 def by_gpu_count(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` (per-seed or aggregated) with each policy named with its GPU count when
     the count varies.
@@ -200,7 +195,7 @@ def by_gpu_count(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     apart from ``marconi, 4 GPUs`` groups them by GPU count as well, with no
     second code path. A sweep on one GPU count is returned unchanged.
     """
-    if len(gpu_counts(rows)) < 2:
+    if len({gpus(r) for r in rows}) < 2:
         return rows
     return [{**r, "policy": f"{r['policy']}, {gpus(r)} GPU(s)"} for r in rows]
 
