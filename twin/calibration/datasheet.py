@@ -106,14 +106,12 @@ def datasheet_profile(gpu: str) -> Profile:
     )
 
 
-def write_datasheet_profiles(
-    directory: Path = PROFILES_DIR, overwrite_measured: bool = False
-) -> list[Path]:
-    """Write a datasheet profile for every known GPU; never over a measured one by default."""
+def write_datasheet_profiles() -> list[Path]:
+    """Write a datasheet profile for every known GPU; never over a measured one."""
     written = []
     for name in GPUS:
-        path = directory / f"{name}-{DATASHEET}.json"
-        if path.exists() and not overwrite_measured:
+        path = PROFILES_DIR / f"{name}-{DATASHEET}.json"
+        if path.exists():
             try:
                 keep = Profile.load(path).source != "datasheet"
             except TwinError:

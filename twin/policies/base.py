@@ -26,7 +26,6 @@ class Policy:
     Subclasses fill in the rules; a radix tree's policy is a :class:`RadixPolicy`."""
 
     name: ClassVar[str] = ""
-    description: ClassVar[str] = ""
     # Keyword options this policy accepts from ``get_policy(name, **options)``.
     OPTIONS: ClassVar[tuple[str, ...]] = ()
     # What callers ask of a policy, declared rather than probed:

@@ -38,10 +38,6 @@ class JengaPolicy(LeafLRU):
     """States every 512 tokens; aligned leaf eviction, LRU with longest-suffix ties."""
 
     name = "jenga"
-    description = (
-        "Jenga: Mamba states every 512 tokens (hits on multiples of 512), only the hit's "
-        "last token refreshed, aligned leaf eviction LRU with ties to the longest prefix"
-    )
     OPTIONS = ("state_interval",)
     order = "lru-deepest"  # oldest access first; among equals the deepest first
 

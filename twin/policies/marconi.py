@@ -92,7 +92,6 @@ class MarconiPolicy(Policy):
     first victim choice (``end_warmup``) and of each admission (``tune_if_due``)."""
 
     name = "marconi"
-    description = "judicious admission, the authors' eviction score and alpha tuning"
     OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "jobs")
     rules: ClassVar[str] = "reference"  # the compiled score: the authors' (or ``twin``)
     tuner_cls: ClassVar[type[AlphaTuner]] = ReferenceBootstrap  # how alpha is tuned

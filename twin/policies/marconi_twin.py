@@ -58,7 +58,6 @@ class MarconiTwinPolicy(MarconiPolicy):
     the compiled live cache under the twin's score, given the twin's bootstrap."""
 
     name = "marconi-twin"
-    description = "marconi with the twin's earlier score and tuning (linear recency, own bytes)"
     rules: ClassVar[str] = "twin"
     tuner_cls: ClassVar[type[AlphaTuner]] = TwinBootstrap
     OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "alpha_metric", "jobs")

@@ -22,7 +22,6 @@ class OraclePolicy(MarconiPolicy):
     """One fixed-alpha Marconi run; ``twin.replay`` sweeps ``alpha_grid`` and keeps the best."""
 
     name = "oracle"
-    description = "marconi eviction with the best static alpha for the whole trace (hindsight)"
     OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "alpha_metric", "jobs")
     hindsight: ClassVar[bool] = True
     alpha_grid: ClassVar[tuple[float, ...]] = ALPHA_GRID

@@ -26,10 +26,6 @@ class PromptCachePolicy(RulePolicy):
     """Modules' attention KV in GPU or host memory, reused wherever declared; LRU eviction."""
 
     name = "prompt-cache"
-    description = (
-        "schema-declared modules' attention KV reused at any position (GPU or host memory); "
-        "recurrent layers recompute modules out of prefix position; LRU over modules"
-    )
     OPTIONS = ("storage",)
 
     cache: ModuleCache

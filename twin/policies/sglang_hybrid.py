@@ -40,10 +40,6 @@ class SGLangPolicy(SGLangPlusPolicy):
     """SGLang today: RadixCache for Transformers, MambaRadixCache for hybrids."""
 
     name = "sglang"
-    description = (
-        "SGLang today: radix cache (Transformers; --radix-eviction-policy) or MambaRadixCache "
-        "(hybrids: KV and state pools split by mamba_full_memory_ratio, two LRUs, tombstones)"
-    )
     OPTIONS = ("eviction", "mamba_full_memory_ratio", "page_size", "int8_checkpoint")
 
     def __init__(

@@ -40,7 +40,6 @@ class SGLangPlusPolicy(LeafLRU):
     """Judicious admission + leaf eviction in SGLang's order (LRU by default)."""
 
     name = "sglang+"
-    description = "judicious admission (branch points + last token), LRU over leaves"
     OPTIONS: ClassVar[tuple[str, ...]] = ("eviction",)
 
     def __init__(self, eviction: str = "lru") -> None:

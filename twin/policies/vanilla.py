@@ -10,7 +10,6 @@ class VanillaPolicy(RadixPolicy):
     """Admits nothing, so every lookup misses."""
 
     name = "vanilla"
-    description = "nothing cached: every prompt is prefilled from scratch"
 
     admission = admission_rule("nothing")
     # An empty cache without a tree (twin.cache.empty): the same answers; the radix tree

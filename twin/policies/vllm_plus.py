@@ -32,7 +32,6 @@ class VLLMPlusPolicy(RulePolicy):
     structure = "blocks"
 
     name = "vllm+"
-    description = "a checkpoint + KV for every block of block_size tokens, LRU over leaf blocks"
     OPTIONS = ("block_size", "retention_interval")
 
     def __init__(self, block_size: int = 32, retention_interval: int | None = None) -> None:

@@ -95,50 +95,25 @@ class Ops:
         return self._scan(x, dt, A, B, C, chunk, D, dt_bias, initial)
 
     def _pick_scan(self) -> Scan:
+        fn, note = (None, "no GPU")
         if self.cuda:
             fn, note = import_mamba_triton("ops.triton.ssd_combined", "mamba_chunk_scan_combined")
-            if fn is not None:
-                self.notes["ssm_scan"] = note
-
-                def triton_scan(
-                    x: Any,
-                    dt: Any,
-                    A: Any,
-                    B: Any,
-                    C: Any,
-                    q: int,
-                    D: Any,
-                    dt_bias: Any,
-                    initial: Any,
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-                    y, state = fn(
-                        x,
-                        dt,
-                        A,
-                        B,
-                        C,
-                        q,
-                        D=D,
-                        dt_bias=dt_bias,
-                        dt_softplus=True,
-                        initial_states=initial,
-                        return_final_states=True,
-                    )
-                    return y, state
-
-                return triton_scan
+        if fn is not None:  # mamba_ssm's kernel returns its final state only when asked
+            self.notes["ssm_scan"] = note
+            kernel, flags = fn, {"dt_softplus": True, "return_final_states": True}
         else:
-            note = "no GPU"
-        self.notes["ssm_scan"] = f"PyTorch SSD reference (twin.torch_ops.ssd): {note}"
+            self.notes["ssm_scan"] = f"PyTorch SSD reference (twin.torch_ops.ssd): {note}"
+            kernel, flags = ssd_chunked, {"dt_softplus": True}
 
-        def reference_scan(
+        def scan(
             x: Any, dt: Any, A: Any, B: Any, C: Any, q: int, D: Any, dt_bias: Any, initial: Any
         ) -> tuple[torch.Tensor, torch.Tensor]:
-            return ssd_chunked(
-                x, dt, A, B, C, q, D=D, dt_bias=dt_bias, dt_softplus=True, initial_states=initial
+            y, state = kernel(
+                x, dt, A, B, C, q, D=D, dt_bias=dt_bias, initial_states=initial, **flags
             )
+            return y, state
 
-        return reference_scan
+        return scan
 
 
 def _gpu_backends() -> Any:

@@ -187,11 +187,6 @@ def gpus(row: dict[str, Any]) -> int:
     return int(row.get("replicas") or 1) * int(row.get("tp") or 1) * int(row.get("pp") or 1)
 
 
-def gpu_counts(rows: list[dict[str, Any]]) -> list[int]:
-    """The GPU counts in the sweep's rows (or aggregate), smallest first."""
-    return sorted({gpus(r) for r in rows})
-
-
 def by_gpu_count(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` (per-seed or aggregated) with each policy named with its GPU count when
     the count varies.
@@ -200,7 +195,7 @@ def by_gpu_count(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     apart from ``marconi, 4 GPUs`` groups them by GPU count as well, with no
     second code path. A sweep on one GPU count is returned unchanged.
     """
-    if len(gpu_counts(rows)) < 2:
+    if len({gpus(r) for r in rows}) < 2:
         return rows
     return [{**r, "policy": f"{r['policy']}, {gpus(r)} GPU(s)"} for r in rows]
 
@@ -266,42 +261,23 @@ def recommend(
     recs = []
     for (policy, rate, n, per, stages), cells in by.items():
         ok = [c for c in cells if meets(c, targets)]
-        values = lambda c: tuple((s, c.get(s.column)) for s in targets)  # noqa: E731
-        if ok:
-            best = min(ok, key=lambda c: c["cache_gb"])
-            target = binding_target(best, targets)
-            recs.append(
-                Recommendation(
-                    policy,
-                    rate,
-                    best["cache_gb"],
-                    None if target is None else best.get(target.column),
-                    n * per * stages,
-                    per,
-                    target,
-                    verdict_of(best),
-                    None,
-                    values(best),
-                    pp=stages,
-                )
-            )
-            continue
-        top = max(cells, key=lambda c: c["cache_gb"])
-        missed = failing(top, targets)
+        # The smallest cache meeting the SLOs; where none does, the largest swept says why.
+        cell = (min if ok else max)(ok or cells, key=lambda c: c["cache_gb"])
+        target = binding_target(cell, targets) if ok or failing(cell, targets) else None
         recs.append(
             Recommendation(
                 policy,
                 rate,
-                None,
-                None,
+                cell["cache_gb"] if ok else None,
+                cell.get(target.column) if ok and target is not None else None,
                 n * per * stages,
                 per,
-                binding_target(top, targets) if missed else None,
-                verdict_of(top),
-                binding_resource(top, targets),
-                values(top),
-                top["cache_gb"],
-                top.get("verdict_reason"),
+                target,
+                verdict_of(cell),
+                binding_resource(cell, targets),  # None where it meets
+                tuple((s, cell.get(s.column)) for s in targets),
+                None if ok else cell["cache_gb"],
+                None if ok else cell.get("verdict_reason"),
                 stages,
             )
         )

@@ -115,7 +115,8 @@ def sustainable(agg: list[dict[str, Any]], slos: Slo | Sequence[Slo]) -> list[Su
         k = knee([(c["session_rate"], c["ttft_p95_ms"]) for c in cells])
         low = high = None
         if all(c.get(f"{s.column}_ci") is not None for c in cells for s in targets):
-            low, high = _shifted_rate(cells, targets, +1.0), _shifted_rate(cells, targets, -1.0)
+            # The rate with each cell's values moved up (low) or down (high) by their intervals.
+            low, high = _limit(cells, targets, +1.0)[0], _limit(cells, targets, -1.0)[0]
         out.append(Sustainable(policy, cache, rate, bound, k, low, high, binding))
     out.sort(key=lambda s: (s.cache_gb, s.policy))
     return out
@@ -159,14 +160,6 @@ def _limit(
             (f"steady state ({verdict_of(first)} at {first['session_rate']:g} sessions/s)"),
         )
     return rate, bound, str(min((x for x in per if x[1] in missed), key=lowest)[1])
-
-
-def _shifted_rate(
-    cells: list[dict[str, Any]], targets: tuple[Slo, ...], sign: float
-) -> float | None:
-    """The sustainable rate with each cell's target values moved ``sign`` x their seed
-    intervals."""
-    return _limit(cells, targets, sign)[0]
 
 
 def load_verdict(items: list[Sustainable], slos: Slo | Sequence[Slo]) -> list[str]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from twin.atomic import OutputSet
 from twin.metrics import to_json
 from twin.reports.analysis import slo_text
-from twin.reports.render import CSS, HTML_FILE, MD_FILE, _html_table, _md_table
+from twin.reports.render import CSS, HTML_FILE, MD_FILE, _html_facts, _html_table, _md_table
 from twin.slo import Slo
 
 if TYPE_CHECKING:
@@ -397,15 +397,11 @@ def render_md(p: PlanResult, svg_name: str) -> str:
 
 def render_html(p: PlanResult, svg: str) -> str:
     e = html.escape
-    facts = "".join(
-        f"<tr><th>{e(k)}</th><td style='text-align:left'><code>{e(v)}</code></td></tr>"
-        for k, v in _facts(p)
-    )
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>twin plan: {e(p.model)}</title><style>{CSS}</style></head>"
         f"<body><h1>Plan: {e(p.model)} at {e(p.load.label())}</h1>",
-        f"<table>{facts}</table>",
+        _html_facts(_facts(p)),
         "<h2>Winner</h2>",
         f"<p class='verdict'>{e(winner_sentence(p))}</p>",
     ]

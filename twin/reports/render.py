@@ -8,7 +8,7 @@ references the same figures saved beside it as fig-*.svg.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,6 +188,16 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _html_facts(facts: Iterable[tuple[str, str]]) -> str:
+    """A report's facts, a row each with its value as code (capacity, plan, reproduce)."""
+    e = html.escape
+    rows = "".join(
+        f"<tr><th>{e(k)}</th><td style='text-align:left'><code>{e(v)}</code></td></tr>"
+        for k, v in facts
+    )
+    return f"<table>{rows}</table>"
+
+
 def _facts(h: Header, slos: Sequence[Slo]) -> list[tuple[str, str]]:
     return [
         ("command", h.command),
@@ -231,15 +241,11 @@ def render_html(
     load: list[Sustainable] | None = None,
 ) -> str:
     e = html.escape
-    facts = "".join(
-        f"<tr><th>{e(k)}</th><td style='text-align:left'><code>{e(v)}</code></td></tr>"
-        for k, v in _facts(h, slos)
-    )
     parts = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>twin capacity report: {e(h.model)}</title><style>{CSS}</style></head>"
         f"<body><h1>Capacity report: {e(h.model)} on {e(h.gpu)}</h1>",
-        f"<table>{facts}</table>",
+        _html_facts(_facts(h, slos)),
     ]
     if slos:
         parts.append("<h2>Recommendation</h2>")

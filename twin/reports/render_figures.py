@@ -24,10 +24,6 @@ def _series(agg: list[dict[str, Any]], policy: str, rate: float | None) -> list[
     )
 
 
-def _rates(agg: list[dict[str, Any]]) -> list[float | None]:
-    return sorted({a["session_rate"] for a in agg}, key=lambda x: (x is not None, x or 0.0))
-
-
 def _policies(agg: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(a["policy"] for a in agg))
 
@@ -234,10 +230,6 @@ def _nan(v: float | None) -> float:
     return math.nan if v is None else v
 
 
-def _tag(rate: float | None) -> str:
-    return "own" if rate is None else f"{rate:g}".replace(".", "p")
-
-
 def figures(
     agg: list[dict[str, Any]],
     slo: Slo | None,
@@ -252,39 +244,19 @@ def figures(
     columns (older results) simply produce no such figure.
     """
     out = []
-    rates = _rates(agg)
+    rates = sorted({a["session_rate"] for a in agg}, key=lambda x: (x is not None, x or 0.0))
     policies = _policies(agg)
     cdf_cache = cdf_cache_gb if cdf_cache_gb is not None else max(a["cache_gb"] for a in agg)
     for rate in rates:
-        tag, where = _tag(rate), rate_label(rate)
-        out.append(
-            (
-                f"fig-ttft-vs-cache-{tag}",
-                f"TTFT vs cache size, {where}",
-                fig_ttft_vs_cache(agg, rate, slo),
-            )
-        )
-        out.append(
-            (
-                f"fig-hit-vs-cache-{tag}",
-                f"Token hit rate vs cache size, {where}",
-                fig_hit_vs_cache(agg, rate),
-            )
-        )
-        out.append(
-            (
-                f"fig-flops-vs-cache-{tag}",
-                f"Prefill FLOPs saved vs cache size, {where}",
-                fig_flops_vs_cache(agg, rate),
-            )
-        )
-        out.append(
-            (
-                f"fig-composition-{tag}",
-                f"Mean cache composition (KV vs SSM bytes), {where}",
-                fig_composition(agg, rate),
-            )
-        )
+        tag = "own" if rate is None else f"{rate:g}".replace(".", "p")  # a file name's part
+        where = rate_label(rate)
+        for stem, caption, svg in (
+            ("ttft-vs-cache", "TTFT vs cache size", fig_ttft_vs_cache(agg, rate, slo)),
+            ("hit-vs-cache", "Token hit rate vs cache size", fig_hit_vs_cache(agg, rate)),
+            ("flops-vs-cache", "Prefill FLOPs saved vs cache size", fig_flops_vs_cache(agg, rate)),
+            ("composition", "Mean cache composition (KV vs SSM bytes)", fig_composition(agg, rate)),
+        ):
+            out.append((f"fig-{stem}-{tag}", f"{caption}, {where}", svg))
         if rows:
             cdf = fig_ttft_cdf(rows, policies, rate, cdf_cache, slo)
             if cdf is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from twin.atomic import OutputSet
-from twin.reports.render import CSS, _html_table, _md_table
+from twin.reports.render import CSS, _html_facts, _html_table, _md_table
 from twin.reports.reproduce.base import MAGNITUDE_FACTOR, VERDICTS, Claim
 
 HTML_FILE = "report.html"
@@ -165,12 +165,7 @@ def render_html(
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>twin reproduce {e(facts.paper)}</title><style>{CSS}</style></head><body>",
         f"<h1>Reproducing {e(facts.paper)}: the paper's numbers beside the twin's</h1>",
-        "<table>"
-        + "".join(
-            f"<tr><th>{e(k)}</th><td style='text-align:left'><code>{e(v)}</code></td></tr>"
-            for k, v in facts_rows
-        )
-        + "</table>",
+        _html_facts(facts_rows),
         "<h2>Claims</h2>",
         _html_table(CLAIMS_HEAD, _claim_rows(claims)),
         f"<p class='verdict'>{e(VERDICT_RULE)}</p>",
