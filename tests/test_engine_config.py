@@ -41,8 +41,11 @@ def test_the_summary_config_is_flat_in_the_old_order() -> None:
         frontend_s=0.001,
     )
     # The keys main's flat configuration wrote for these names, in its order (read from
-    # main before the nesting): the paper's, then the set ones in SUMMARY_ORDER's order.
-    after = ["shared_pool", "engine", "frontend_s", "prefill_workers", "decode_workers", "kv_link"]
+    # main before the nesting): the paper's, then the set ones in SUMMARY_ORDER's order;
+    # since session 43 also vLLM's front-end batch (modes_vllm.VLLM_FRONTEND_BATCH, given by
+    # vllm_gpu_defaults) in its SUMMARY_ORDER place after frontend_s.
+    after = ["shared_pool", "engine", "frontend_s", "frontend_batch"]
+    after += ["prefill_workers", "decode_workers", "kv_link"]
     assert list(config.to_dict()) == [*PAPER_KEYS, *after]
 
 
