@@ -375,19 +375,15 @@ class Cluster:
 
     def _through_front(self, req: Request, replica: Replica | None) -> Generator[Event, Any, Seq]:
         """``req`` is sent now; the replica's front end (``frontend_s``: HTTP, tokenisation,
-        hand-off) takes it in arrival order, one at a time, and then the engine queues it.
+        hand-off) takes it in arrival order, and then the engine queues it.
 
         A single server with a fixed service time per pass: with ``frontend_batch`` 1
         requests sent together reach the engine ``frontend_s`` apart (an event loop that
         processes them one by one); with ``frontend_batch`` B a pass takes every request
         sent before it starts (at its start included), up to B, and they reach the engine
-        together: vLLM's API server tokenises text prompts in one thread that takes up to
-        32 queued prompts a call (vLLM 0.15.1 ``utils/async_utils.py``
-        ``AsyncMicrobatchTokenizer``, ``max_batch_size=32``, l. 32-58 and
-        ``_batch_encode_loop`` l. 85-136, called by ``entrypoints/renderer.py``
-        ``CompletionRenderer._create_prompt_from_text``); 0: any number, each request
-        ``frontend_s`` after it is sent (a latency). The record's arrival is the send time,
-        so TTFT counts the front end.
+        together (vLLM's tokeniser thread: ``modes_vllm.VLLM_FRONTEND_BATCH``); 0: any
+        number, each request ``frontend_s`` after it is sent (a latency). The record's
+        arrival is the send time, so TTFT counts the front end.
         """
         assert self._front is not None
         if replica is None:

@@ -480,6 +480,7 @@ VLLM_RELEASES = (
 # ``max_num_batched_tokens`` 8,192 and ``max_num_seqs`` 1,024; otherwise 2,048 and 256.
 # ``max_num_seqs`` is then clipped to ``max_num_batched_tokens``.
 VLLM_LARGE_GPU_BYTES = 70 * (1 << 30)
+VLLM_BATCH_DEFAULTS = {True: (8192, 1024), False: (2048, 256)}
 
 # vLLM's API server takes the requests sent together in passes, not one at a time: a text
 # prompt is tokenised by ``AsyncMicrobatchTokenizer`` (vLLM 0.15.1 ``utils/async_utils.py``
@@ -493,9 +494,10 @@ VLLM_LARGE_GPU_BYTES = 70 * (1 << 30)
 # ``max_batch_size: int = 32``), 0.19.0 (session 27's read). The front end
 # (``frontend_s``, fitted per GPU with these passes in place: ``engine_times.json``) takes
 # up to that many requests a pass (``HostTimeConfig.frontend_batch``,
-# ``twin.engine.cluster.Cluster._through_front``).
+# ``twin.engine.cluster.Cluster._through_front``); a pass starts when its first request
+# reaches an idle front end (the thread's 2 ms wait for more is left out: a benchmark's
+# burst is sent at one instant).
 VLLM_FRONTEND_BATCH = 32
-VLLM_BATCH_DEFAULTS = {True: (8192, 1024), False: (2048, 256)}
 
 
 def vllm_gpu_defaults(
