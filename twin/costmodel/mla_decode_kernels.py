@@ -292,8 +292,8 @@ def flashmla_schedule(batch: int, keys: int, rows: int, sms: int) -> FlashMlaSch
 def kernel_decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
     """:func:`decode_rule` of an ``mla_decode*`` table (or its fit), with TensorRT-LLM's
     FMHA v2 MLA generation (``"fmha_v2"``, ``FMHA_V2_MLA_GPUS``) and its FlashMLA on Hopper
-    (``"flashmla"``, ``FLASHMLA_GPUS``) where those run. The
-    module tables keep :func:`decode_rule` (their fits were made without this rule)."""
+    (``"flashmla"``, ``FLASHMLA_GPUS``) where those run. The decode module tables take the
+    FMHA v2 launch too, not FlashMLA (:func:`module_decode_rule`)."""
     rule = decode_rule(gpu, kernel_source, kv_e)
     if rule is not None or kernel_source != TRTLLM_DEFAULT_SOURCE:
         return rule
@@ -547,11 +547,31 @@ def vllm_triton_num_kv_splits(keys: int, sms: int) -> int:
     return min(next_power_of_two(ideal), VLLM_TRITON_OCCUPANCY * sms)
 
 
+# TensorRT-LLM's decode module runs the FMHA v2 MLA generation where its kernel tables do
+# (``FMHA_V2_MLA_GPUS``): aiconfigurator's module collector builds TensorRT-LLM's own
+# ``DeepseekV3DecoderLayer`` attention on the TensorRT-LLM attention backend
+# (ai-dynamo/aiconfigurator ``collector/trtllm/collect_mla_module.py``, stored version
+# 0757ab59), whose generation is ``AttentionOp::mlaGeneration``'s last branch there, as for
+# the kernel tables. NVIDIA's RTX PRO 6000 module table (TensorRT-LLM 1.3.0rc20, bf16 cache)
+# times the kernel table's launch plus the projections: 16 heads at 131,071 cached tokens,
+# batches 1-32 12.0 ms (the kernel table 11.9-12.0), 128 heads (two 64-row CTAs a sequence)
+# from batch 32 on. Fits without the launch priced its batch-32 and -128 series 10-20% high
+# at every head count (docs/decisions.md, issue 34, helper mla44). TensorRT-LLM's Hopper
+# modules (FlashMLA) keep no rule: their fits meet issue 34's target without it and feed
+# served rows; the RTX PRO 6000's fp8-cache modules keep none (``FMHA_V2_MLA_FP8_GPUS``).
+MODULE_KERNEL_RULES = frozenset({"fmha_v2"})
+
+
 def module_decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
     """The decode module's attention rule: ``"vllm_triton"`` for vLLM's ``TRITON_MLA``
-    (``VLLM_TRITON_MLA_SOURCE``), else the attention kernels' (:func:`decode_rule`)."""
+    (``VLLM_TRITON_MLA_SOURCE``), the kernel tables' rule where it is one the module
+    tables take (``MODULE_KERNEL_RULES``: TensorRT-LLM's FMHA v2 generation), else the
+    attention kernels' (:func:`decode_rule`)."""
     if kernel_source == VLLM_TRITON_MLA_SOURCE:
         return "vllm_triton"
+    rule = kernel_decode_rule(gpu, kernel_source, kv_e)
+    if rule in MODULE_KERNEL_RULES:
+        return rule
     return decode_rule(gpu, kernel_source, kv_e)
 
 
@@ -560,6 +580,7 @@ __all__ = [
     "FA3_FP8_BLOCK_ROWS",
     "FA3_GPUS",
     "FMHA_V2_MLA_GPUS",
+    "MODULE_KERNEL_RULES",
     "NO_LAUNCH",
     "TRITON_DECODE_BLOCK_H",
     "TRITON_MIN_KV_SPLITS",
