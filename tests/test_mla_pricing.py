@@ -286,14 +286,16 @@ def test_every_mla_family_has_a_formula() -> None:
         bmm = key.startswith("mla_bmm")  # after them, its quantisation's and k-loop's steps
         # the prefill module's after them: its context attention's waves (``mla_prefill``'s)
         module_serial = (
-            mlaf.MLA_MODULE_PREFILL_SERIAL
+            (*mlaf.MLA_MODULE_SERIAL, *mlaf.MLA_PREFILL_SERIAL)
             if key.startswith("mla_module_prefill")
             else mlaf.MLA_MODULE_SERIAL
         )
         serial = module_serial if module else mlaf.MLA_PREFILL_SERIAL if prefill else ()
         serial = ("quant_steps", "k_steps") if bmm else serial
         after = ("kv_repeat", "partials", "critical_keys") if decode else ()
-        assert f.serial == (*serial, *after)
+        # the modules' linears' quantisation loop last (``mla_bmm.module_quant_rule``)
+        quant = ("quant_steps",) if module else ()
+        assert f.serial == (*serial, *after, *quant)
         base = "gemms_roofline+" if module else "hbm_roofline+" if bmm else "roofline+"
         assert f.model_name.startswith(base)
     assert mlaf.mla_kernel("mla_module_decode", "fp8_block", "fp8") == (

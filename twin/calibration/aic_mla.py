@@ -58,7 +58,13 @@ from twin.calibration.aic_tables import (
 )
 from twin.costmodel import formulas as fm
 from twin.costmodel import mla_families as mlaf
-from twin.costmodel.mla_bmm import bmm_k_steps, bmm_quant_rule, bmm_quant_steps, mla_bmm_features
+from twin.costmodel.mla_bmm import (
+    bmm_k_steps,
+    bmm_quant_rule,
+    bmm_quant_steps,
+    mla_bmm_features,
+    module_quant_rule,
+)
 from twin.costmodel.mla_decode_kernels import (
     TRTLLM_MLA_SOURCE,
     VLLM_TRITON_MLA_SOURCE,
@@ -83,6 +89,7 @@ from twin.costmodel.mla_module import (
     mla_module_prefill_sums,
     module_decode_features,
     module_prefill_features,
+    module_quant_steps,
     module_replay_l2,
 )
 from twin.costmodel.table_release import pick_version
@@ -160,15 +167,18 @@ def _module_row(
     operands: tuple[float, float],
     kv_e: int,
     gpu: tuple[str, int, float | None],
+    gemm: str = "",
 ) -> dict[str, Any]:
     """One module row; ``gpu`` the table's GPU, its SMs (a prefill row's attention
     waves, ``mla_module.module_prefill_features``; a decode row's attention
     launch: ``mla_module.module_decode_features``, its rule from the row's
-    ``kernel_source``) and its L2 (the working set the replays keep there:
-    ``mla_module.module_replay_l2``)."""
+    ``kernel_source``; the linears' quantisation steps where ``mla_bmm.module_quant_rule``
+    holds for the table's ``gemm`` type) and its L2 (the working set the replays keep
+    there: ``mla_module.module_replay_l2``)."""
     b, h = int(r["batch_size"]), int(r["num_heads"])
     dm = dims(h)
     act_e, w_e = operands
+    quant = module_quant_rule(gpu[0], str(r.get("kernel_source", "")), gemm)
     sums: tuple[Any, ...]
     if phase == "prefill":
         s = int(r["isl"])
@@ -177,6 +187,7 @@ def _module_row(
                 dm, b * s, b * s * (s + 1) // 2, b * s, b, ELEM_BYTES, act_e, w_e, kv_e
             ),
             mla_prefill_waves(b * s, b, h, gpu[1]),
+            module_quant_steps(dm, b * s, b * s, gpu[1]) if quant else 0.0,
         )
         shape = {"b": b, "s": s, "h": h}
     else:
@@ -186,7 +197,8 @@ def _module_row(
         )
         rule = module_decode_rule(gpu[0], str(r.get("kernel_source", "")), kv_e)
         launch = mla_decode_launch(rule, b, b * keys, 1, dm, kv_e, gpu[1])
-        sums = module_decode_features(module, launch, l2)
+        steps = module_quant_steps(dm, b, 0, gpu[1]) if quant else 0.0
+        sums = module_decode_features(module, launch, l2, steps)
         shape = {"b": b, "c": keys - 1, "h": h}
     flops, nbytes, *features = sums
     extras = dict(zip(fm.get_formula(kernel).features, features, strict=True))
@@ -342,7 +354,7 @@ def module_rows(
                 out = []
                 for i, r in enumerate(mine):
                     _require(r, _KERNEL_COLUMNS, table, i)
-                    out.append(_module_row(kernel, r, phase, operands, kv_e, gpu))
+                    out.append(_module_row(kernel, r, phase, operands, kv_e, gpu, gemm))
                 families.append(_family(kernel, table, mine, _sources(mine), out))
     return families
 

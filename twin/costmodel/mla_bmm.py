@@ -112,6 +112,32 @@ def bmm_quant_rule(gpu: str, kernel_source: str) -> bool:
     return gpu in TRTLLM_SM120_GPUS and kernel_source == TRTLLM_FP8_BMM_SOURCE
 
 
+# TensorRT-LLM's fp8 block-scale linears run the same loop on SM120: its
+# ``FP8BlockScalesLinearMethod.apply`` (NVIDIA/TensorRT-LLM
+# ``tensorrt_llm/_torch/modules/linear.py``, the stored version) quantises the activation
+# with ``per_token_quant_and_transform`` (a 2-D input: one "head") before
+# ``fp8_block_scaling_gemm`` on compute capability 12.0 only (``fp8_quantize_1x128``, a
+# CUDA kernel, elsewhere), and the module's absorbed BMMs take the fp8 path above. NVIDIA's
+# RTX PRO 6000 module tables (TensorRT-LLM 1.3.0rc20, ``gemm_type`` fp8_block) show it: at
+# 8 heads, where the replicated q_a / kv_a GEMM leads, the fp8-block module takes 1.1-1.4x
+# the bf16 one at every prompt from 16 tokens up, the fp8 GEMMs' halved bytes and doubled
+# peak notwithstanding; fits without the loop priced the fp8-block prefill modules at
+# held-out P90 29-31% (docs/decisions.md, issue 34, helper mla44).
+TRTLLM_MODULE_SOURCE = "default"  # TensorRT-LLM's module tables' ``kernel_source``
+MODULE_QUANT_GEMM = "fp8_block"  # the module tables' ``gemm_type`` whose linears quantise
+
+
+def module_quant_rule(gpu: str, kernel_source: str, gemm: str) -> bool:
+    """Whether the MLA module a table (or the fit made from it) times runs the serial
+    quantisation kernel before each linear and absorbed BMM (TensorRT-LLM's fp8 block-scale
+    GEMMs on SM120; ``gemm`` the table's ``gemm_type``)."""
+    return (
+        gpu in TRTLLM_SM120_GPUS
+        and kernel_source == TRTLLM_MODULE_SOURCE
+        and gemm == MODULE_QUANT_GEMM
+    )
+
+
 def bmm_quant_steps(quant: bool, rows: Sums, heads: int, k: int, sms: int) -> Sums:
     """The ``quant_steps`` feature of ``mla_bmm*``: the tokens one quantisation program
     takes in series (cdiv(``rows``, ``QUANT_PROGRAMS``)) times the waves of its grid
@@ -152,4 +178,5 @@ __all__ = [
     "bmm_quant_steps",
     "mla_bmm_features",
     "mla_bmm_sums",
+    "module_quant_rule",
 ]

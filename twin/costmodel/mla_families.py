@@ -108,7 +108,12 @@ MLA_MODULE_DECODE_EXTRAS = (*MLA_MODULE_EXTRAS, *MLA_DECODE_LAUNCH)
 # ``c_l2_bytes`` 0 (``fit_upgrade.upgrade_fit``): the same prices. Not read by the prefill
 # modules: on their fit rows it measured worse (docs/decisions.md, helper ``mla-module``).
 MLA_MODULE_REPLAY = ("l2_bytes",)
-MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL)
+# The module's linears' activation quantisation loop, last (``mla_bmm.module_quant_rule``,
+# ``mla_module.module_quant_steps``: TensorRT-LLM's fp8 block-scale linears and BMMs on
+# SM120). A module fit without it reads with ``c_quant_steps`` 0
+# (``fit_upgrade.upgrade_fit``): the same prices.
+MLA_MODULE_QUANT = ("quant_steps",)
+MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL, *MLA_MODULE_QUANT)
 # The prefill module's context attention's CTA waves over the SMs after its KV stream and
 # FLOPs: the ``mla_prefill`` kernel's serial feature (``MLA_PREFILL_SERIAL``,
 # ``mla_module.module_prefill_features``). The module runs that kernel: TensorRT-LLM
@@ -121,7 +126,7 @@ MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL)
 # On the module tables' fit rows the feature lowered the fitted error of most families
 # (docs/decisions.md, helper ``mlamod37``). A fit without it reads with ``c_waves`` 0
 # (``fit_upgrade.upgrade_fit``): the same prices (SGLang's per-release fits).
-MLA_MODULE_PREFILL_SERIAL = (*MLA_MODULE_SERIAL, *MLA_PREFILL_SERIAL)
+MLA_MODULE_PREFILL_SERIAL = (*MLA_MODULE_SERIAL, *MLA_PREFILL_SERIAL, *MLA_MODULE_QUANT)
 MLA_MODULE_BASE = "gemms_roofline"
 # The absorbed BMMs' compute-side features (``mla_bmm.mla_bmm_features``): the output
 # tiles' waves over the SMs, the bytes of a working set that stays in L2 across the
@@ -169,6 +174,7 @@ __all__ = [
     "MLA_MODULE_GEMMS",
     "MLA_MODULE_PREFILL_FLOOR",
     "MLA_MODULE_PREFILL_SERIAL",
+    "MLA_MODULE_QUANT",
     "MLA_MODULE_REPLAY",
     "MLA_MODULE_SERIAL",
     "MLA_PREFILL_SERIAL",

@@ -11,7 +11,7 @@ arguments with the decode kernel's launch (``mla_decode_kernels``). Per GPU, cou
 from __future__ import annotations
 
 from twin.costmodel.features import Sums, gemm_sums_at, replay_resident
-from twin.costmodel.mla_bmm import mla_bmm_sums
+from twin.costmodel.mla_bmm import bmm_quant_steps, mla_bmm_sums
 from twin.costmodel.mla_decode_kernels import LaunchSums
 from twin.costmodel.mla_features import (
     MLA_DECODE_HEAD_TILE,
@@ -112,13 +112,32 @@ def mla_module_prefill_sums(
     return module_attention_split(gf, gb, attention, kv_bytes, attention[0])
 
 
-def module_prefill_features(module: ModuleSums, waves: Sums) -> tuple[Sums, ...]:
+def module_quant_steps(dims: MlaDims, tokens: int, kv_rows: int, sms: int) -> float:
+    """The ``quant_steps`` feature of a module whose linears and absorbed BMMs quantise their
+    activation in a serial loop first (``mla_bmm.module_quant_rule``): each launch's
+    :func:`mla_bmm.bmm_quant_steps` over the rows it quantises. The projections every token
+    runs (q_a + kv_a over ``d_model``, q_b over the q latent, o_proj over the heads' values)
+    over ``tokens``; a prefill's kv_b_proj over its ``kv_rows`` decompressed rows (the
+    latent's width); an absorbed decode's (``kv_rows`` 0) two BMMs per head over the
+    tokens (W_UK over ``nope``, W_UV over the latent)."""
+    # the reductions of :func:`_shared_projections`' linears (q_b over the q latent, or a
+    # second GEMM over d_model without one)
+    ks = (dims.d_model, dims.q_lora or dims.d_model, dims.heads * dims.v)
+    steps = sum(bmm_quant_steps(True, tokens, 1, k, sms) for k in ks)
+    if kv_rows:
+        return float(steps + bmm_quant_steps(True, kv_rows, 1, dims.kv_lora, sms))
+    bmms = (dims.nope, dims.kv_lora)
+    return float(steps + sum(bmm_quant_steps(True, tokens, dims.heads, k, sms) for k in bmms))
+
+
+def module_prefill_features(module: ModuleSums, waves: Sums, quant: Sums = 0.0) -> tuple[Sums, ...]:
     """The ``mla_module_prefill`` families' arguments in their formula's order
     (``mla_families.MLA_MODULE_PREFILL_SERIAL``): the module's sums
-    (:func:`mla_module_prefill_sums`) and, last, its context attention's waves of CTAs
+    (:func:`mla_module_prefill_sums`), its context attention's waves of CTAs
     (:func:`mla_prefill_waves`, the ``mla_prefill`` kernel's feature: the module runs
-    that kernel)."""
-    return (*module, waves)
+    that kernel) and, last, its linears' quantisation steps (:func:`module_quant_steps`;
+    zero where ``mla_bmm.module_quant_rule`` does not hold)."""
+    return (*module, waves, quant)
 
 
 def mla_module_decode_sums(
@@ -187,7 +206,7 @@ def module_replay_l2(module: ModuleSums, l2_bytes: float | None) -> tuple[Module
 
 
 def module_decode_features(
-    module: ModuleSums, launch: LaunchSums, l2: Sums = 0.0
+    module: ModuleSums, launch: LaunchSums, l2: Sums = 0.0, quant: Sums = 0.0
 ) -> tuple[Sums, ...]:
     """The ``mla_module_decode`` families' arguments in their formula's order
     (``mla_families.MLA_MODULE_DECODE_EXTRAS``, ``MLA_MODULE_REPLAY``,
@@ -199,12 +218,14 @@ def module_decode_features(
     two CTAs a sequence each reading every key, 30-40% above a fit without them; docs/decisions.md,
     issue 34, helper ``kernels``). ``l2``: a table row's bytes read from L2
     (:func:`module_replay_l2`; zero for a serving step), on the compute side after the launch's
-    (``mla_families.MLA_MODULE_REPLAY``)."""
+    (``mla_families.MLA_MODULE_REPLAY``); ``quant``, last, its linears' and BMMs'
+    quantisation steps (:func:`module_quant_steps`; zero where
+    ``mla_bmm.module_quant_rule`` does not hold)."""
     flops, nbytes, tiles, seq, kv_bytes, attn_flops = module
     ctas, waves, repeat, partials, critical = launch
     return (
         *(flops, nbytes, tiles, seq, ctas, waves, l2),
-        *(kv_bytes, attn_flops, repeat, partials, critical),
+        *(kv_bytes, attn_flops, repeat, partials, critical, quant),
     )
 
 
@@ -217,5 +238,6 @@ __all__ = [
     "module_attention_split",
     "module_decode_features",
     "module_prefill_features",
+    "module_quant_steps",
     "module_replay_l2",
 ]

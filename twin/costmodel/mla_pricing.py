@@ -38,6 +38,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_bmm as mbmm
 from twin.costmodel import mla_decode_kernels as mdk
+from twin.costmodel import mla_families as mlaf
 from twin.costmodel import mla_features as mf
 from twin.costmodel import mla_module as mmod
 from twin.costmodel.kernel_layout import KernelLayout
@@ -100,6 +101,13 @@ class MlaPricing(ShardShapes):
         # the KV stream its fit's features read (``mla_module.module_decode_features``).
         stream = self.priced.mla_kv_elem_bytes[1] * self.priced.mla_module_kv_share
         self._module_rule = self._decode_rule("mla_module_decode", stream, mdk.module_decode_rule)
+        # Whether each phase's module fit timed linears that quantise their activation in a
+        # serial loop first (``mla_bmm.module_quant_rule``: TensorRT-LLM's fp8 block-scale
+        # GEMMs on SM120), priced as its ``quant_steps`` (``mla_module.module_quant_steps``).
+        self._module_quant = (
+            self._module_quant_rule("mla_module_prefill"),
+            self._module_quant_rule("mla_module_decode"),
+        )
         if "mla_module_prefill" in self._mla:
             self.mla_modes = ("module", "module")
         else:
@@ -138,6 +146,25 @@ class MlaPricing(ShardShapes):
             return None
         source = str(self.profile.kernels[key].provenance.get("kernel_source", ""))
         return rule(self.profile.gpu, source, kv_e)
+
+    def _module_quant_rule(self, family: str) -> bool:
+        """``mla_bmm.module_quant_rule`` of the module ``family``'s fit: the kernel its
+        table timed and the GEMM type its key names (``mla_families.MLA_MODULE_GEMMS``);
+        False without that fit."""
+        key = self.priced.keys.get(family)
+        if key is None:
+            return False
+        source = str(self.profile.kernels[key].provenance.get("kernel_source", ""))
+        gemm = next(
+            (
+                g
+                for g in mlaf.MLA_MODULE_GEMMS
+                for kv in mlaf.MLA_KV
+                if mlaf.mla_kernel(family, g, kv) == key
+            ),
+            "",
+        )
+        return mbmm.module_quant_rule(self.profile.gpu, source, gemm)
 
     def _decode_block(self, family: str, kv_e: float) -> int | None:
         """The query-row block (``mla_decode_kernels.decode_block_rows``) of the kernel
@@ -277,7 +304,9 @@ class MlaPricing(ShardShapes):
             act_e, w_e = self._mla_gemm_bytes
             module = mmod.mla_module_prefill_sums(d, n, keys, rows, seqs, e, act_e, w_e, kv_e)
             waves = mf.mla_prefill_waves(n, seqs, d.heads, self.sms) if self.sms else 0.0
-            features = mmod.module_prefill_features(module, waves)
+            steps = self._module_quant[0]
+            quant = mmod.module_quant_steps(d, n, rows, self.sms or 0) if steps else 0.0
+            features = mmod.module_prefill_features(module, waves, quant)
             return "mla_module", self._mla["mla_module_prefill"](*features)
         kv_b = self._proj(rows, d.kv_lora, d.heads * (d.nope + d.v))
         if mode == "kernels":
@@ -410,7 +439,9 @@ class MlaPricing(ShardShapes):
             )
             sms = self.sms or 0
             launch = mdk.mla_decode_launch(self._module_rule, batch, kv, width, d, stream, sms)
-            price = self._mla["mla_module_decode"](*mmod.module_decode_features(module, launch))
+            quant = mmod.module_quant_steps(d, rows, 0, sms) if self._module_quant[1] else 0.0
+            features = mmod.module_decode_features(module, launch, 0.0, quant)
+            price = self._mla["mla_module_decode"](*features)
             return [("mla", "mla_module", price)]
         bmms = self._absorbed_bmms(rows)
         if mode == "kernels":
