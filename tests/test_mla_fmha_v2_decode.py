@@ -24,7 +24,8 @@ from twin.costmodel.profile_store import load_profile
 @pytest.mark.parametrize("gpu", ["a100-80gb", "l40s"])
 def test_fmha_v2_rule_on_ampere_and_ada_tensorrt_llm_tables(gpu: str, kv_e: int) -> None:
     assert mdk.kernel_decode_rule(gpu, "default", kv_e) == "fmha_v2"
-    # the module tables keep the rule their fits were made with (none)
+    # the kernels' base rule has none; the decode module takes FMHA v2 through
+    # ``module_decode_rule`` (tests/test_mla_module_fmha_v2.py)
     assert mdk.decode_rule(gpu, "default", kv_e) is None
 
 
