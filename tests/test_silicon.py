@@ -446,7 +446,7 @@ def test_the_measured_phase_starts_from_an_idle_server(monkeypatch: pytest.Monke
     that phase alone: with one round measured it runs exactly ``c`` requests, every
     client's first at t = 0, and the prediction is their mean."""
     rows = _rows()
-    monkeypatch.setattr(sil_harness, "AIPERF", sil.Harness("aiperf", 1, sil.WARMUP_ROUNDS, 1.0))
+    monkeypatch.setattr(sil_harness, "AIPERF", sil.Harness("aiperf", 1, 1.0))
     plan = sil.plan_row(rows["tiny_b200_trtllm_agg_128x16_c4_tp1"], CONFIGS)
     assert isinstance(plan, sil.RowPlan)
     assert (plan.requests, plan.warmup) == (4, 0)

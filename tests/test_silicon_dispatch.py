@@ -56,7 +56,7 @@ def test_delays_are_seeded_in_range_and_leave_prompts_alone(tmp_path: Path) -> N
 @pytest.mark.parametrize("bad", [-0.001, float("nan"), float("inf")])
 def test_bad_spreads_are_refused_with_one_line(tmp_path: Path, bad: float) -> None:
     with pytest.raises(TwinError) as err:
-        sil.Harness("aiperf", 1, 0, 1.0, bad)
+        sil.Harness("aiperf", 1, 1.0, bad)
     assert "dispatch_spread_s" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(TwinError) as err:
         write_workload(tmp_path / "w.parquet", 64, 8, 4, 7, dispatch_spread_s=bad)
@@ -67,7 +67,7 @@ def test_a_flag_is_not_a_spread(tmp_path: Path) -> None:
     """``True`` is no number of seconds (it would read as 1 s): refused like a bad number,
     by the harness and by the workload writer alike."""
     with pytest.raises(TwinError, match="dispatch_spread_s"):
-        sil.Harness("aiperf", 1, 0, 1.0, True)
+        sil.Harness("aiperf", 1, 1.0, True)
     with pytest.raises(TwinError, match="dispatch_spread_s"):
         write_workload(tmp_path / "w.parquet", 64, 8, 4, 7, dispatch_spread_s=True)
 
@@ -95,7 +95,7 @@ def _records(plan: sil.RowPlan, monkeypatch: pytest.MonkeyPatch) -> list[Request
 def test_the_spread_breaks_the_closed_loops_phase(monkeypatch: pytest.MonkeyPatch) -> None:
     """A tiny row's closed loop at S = 0 repeats a few TTFTs (the phase its first round
     set); at S = 10 ms every request arrives at its own phase, the first round too."""
-    monkeypatch.setattr(sil_harness, "AIPERF", sil.Harness("aiperf", 20, 2, 1.0, 0.01))
+    monkeypatch.setattr(sil_harness, "AIPERF", sil.Harness("aiperf", 20, 1.0, 0.01))
     row = _rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"]
     plan = sil.plan_row(row, CONFIGS)
     assert isinstance(plan, sil.RowPlan) and plan.dispatch_spread_s == 0.01

@@ -62,7 +62,6 @@ class GpuSpec:
     # FP4 GEMM fits of the kernel tables run against them (twin.precision).
     fp8_flops: float | None = None
     fp4_flops: float | None = None
-    host_link: str = ""  # the host link as named in the datasheet
     source: str = "NVIDIA datasheet via shared/reference/gpu_datasheets.md"
     mem_source: str = ""  # where ``hbm_bytes`` comes from (:func:`_aic_mem` or nvidia-smi)
 
@@ -139,7 +138,6 @@ GPUS: dict[str, GpuSpec] = {
             600 * GB,
             fp32_flops=19.5 * TB,
             tf32_flops=156 * TB,
-            host_link="PCIe Gen4 x16",
             # Not in aiconfigurator's tables: nvidia-smi's total on four A100-SXM4-40GB
             # (400 W) in github.com/pc2/cc-slurm-sync README.md is 40,960 MiB, the
             # datasheet's 40 GB read in GiB as aiconfigurator reads the 80GB part's.
@@ -157,7 +155,6 @@ GPUS: dict[str, GpuSpec] = {
             600 * GB,
             fp32_flops=19.5 * TB,
             tf32_flops=156 * TB,
-            host_link="PCIe Gen4 x16",
             mem_source=_aic_mem("a100_sxm", "80 GiB"),
         ),
         GpuSpec(
@@ -167,10 +164,9 @@ GPUS: dict[str, GpuSpec] = {
             80 * GIB,
             1935 * GB,
             _PCIE4,
-            600 * GB,
+            600 * GB,  # over the NVLink bridge
             fp32_flops=19.5 * TB,
             tf32_flops=156 * TB,
-            host_link="PCIe Gen4 x16 (NVLink bridge)",
             mem_source=_aic_mem("a100_pcie", "80 GiB"),
         ),
         GpuSpec(
@@ -184,7 +180,6 @@ GPUS: dict[str, GpuSpec] = {
             fp32_flops=67 * TB,
             tf32_flops=494.5 * TB,
             fp8_flops=1978 * TB,
-            host_link="PCIe Gen5 x16",
             mem_source=_aic_mem("h100_sxm", "80 GiB"),
         ),
         GpuSpec(
@@ -198,7 +193,6 @@ GPUS: dict[str, GpuSpec] = {
             fp32_flops=67 * TB,
             tf32_flops=494.5 * TB,
             fp8_flops=1978 * TB,
-            host_link="PCIe Gen5 x16",
             mem_source=_aic_mem("h200_sxm", "141 GiB"),
         ),
         GpuSpec(
@@ -210,7 +204,6 @@ GPUS: dict[str, GpuSpec] = {
             _PCIE4,
             None,
             fp8_flops=242 * TB,
-            host_link="PCIe Gen4 x16",
             mem_source=_aic_mem("l4", "24 GiB"),
         ),
         # HGX B200: 180 GB HBM3e at 8 TB/s per GPU (the yaml's 7.7 TB/s is a derating).
@@ -224,7 +217,6 @@ GPUS: dict[str, GpuSpec] = {
             _NVLINK5,
             fp8_flops=4500 * TB,
             fp4_flops=9000 * TB,
-            host_link="PCIe Gen5 x16",
             fp32_flops=_HGX_B_FP32,
             tf32_flops=_HGX_B_TF32,
             source=_AIC.format("b200_sxm"),
@@ -240,7 +232,6 @@ GPUS: dict[str, GpuSpec] = {
             _NVLINK5,
             fp8_flops=4500 * TB,
             fp4_flops=14000 * TB,
-            host_link="PCIe Gen6 x16",
             fp32_flops=_HGX_B_FP32,
             tf32_flops=_HGX_B_TF32,
             source=_AIC.format("b300_sxm"),
@@ -258,7 +249,6 @@ GPUS: dict[str, GpuSpec] = {
             _NVLINK5,
             fp8_flops=5000 * TB,
             fp4_flops=10000 * TB,
-            host_link="NVLink-C2C",
             source=_AIC.format("gb200"),
             mem_source=_aic_mem("gb200", "189,471 MiB reported by nvidia-smi"),
         ),
@@ -272,7 +262,6 @@ GPUS: dict[str, GpuSpec] = {
             _NVLINK5,
             fp8_flops=5000 * TB,
             fp4_flops=15000 * TB,
-            host_link="NVLink-C2C",
             source=_AIC.format("gb300"),
             mem_source=_aic_mem("gb300", "284,208 MiB reported by nvidia-smi"),
         ),
@@ -286,7 +275,6 @@ GPUS: dict[str, GpuSpec] = {
             None,
             fp32_flops=91.6 * TB,
             fp8_flops=733 * TB,
-            host_link="PCIe Gen4 x16",
             source=_AIC.format("l40s"),
             mem_source=_aic_mem("l40s", "46,068 MiB"),
         ),
@@ -302,7 +290,6 @@ GPUS: dict[str, GpuSpec] = {
             None,
             fp8_flops=935.6 * TB,
             fp4_flops=1871.2 * TB,
-            host_link="PCIe Gen5 x16",
             source=_AIC.format("rtx_pro_6000_server"),
             mem_source=_aic_mem("rtx_pro_6000_server", "97,887 MiB reported by nvidia-smi"),
         ),

@@ -1,10 +1,10 @@
 """Evaluating a kernel's latency formula (``twin.costmodel.formulas``) on its features.
 
 ``compile_kernel`` and ``compile_fast`` fold a profile's fitted parameters and peaks
-into a closure; ``predict`` and ``predict_many`` are one-off evaluations for fitting
-reports and tests; ``compile_many`` prices arrays of features and ``compile_affine``
-lists of counts whose features are affine in the count (both for runs of decode
-steps). Pure Python, numpy for the array form.
+into a closure; ``predict`` is a one-off evaluation for fitting reports and tests;
+``compile_many`` prices arrays of features and ``compile_affine`` lists of counts whose
+features are affine in the count (both for runs of decode steps). Pure Python, numpy for
+the array form.
 """
 
 from __future__ import annotations
@@ -332,11 +332,13 @@ def bandwidth_s(
     return t0 + nbytes * inv_b
 
 
-def _bandwidth_plus(
+def _bandwidth_forms(
     t0: float, inv_b: float, cx: float, cy: float, cz: float
 ) -> tuple[Callable[..., float], Callable[..., np.ndarray], Callable[..., list[float]]]:
-    """The three forms of ``t0 + bytes x inv_b + cx x + cy y + cz z`` (a byte-only kernel
-    whose extras add to its byte time)."""
+    """The three forms of a byte-only kernel's ``t0 + bytes x inv_b`` (``KernelConstants``
+    with ``roofline`` false), plus ``cx x + cy y + cz z`` when it has extras (the
+    all-to-all's): they add to its byte time."""
+    extras = bool(cx or cy or cz)
 
     def scalar(
         flops: float, nbytes: float, x: float = 0.0, y: float = 0.0, z: float = 0.0
@@ -345,7 +347,10 @@ def _bandwidth_plus(
 
     def many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0, z: Any = 0.0) -> np.ndarray:
         b = np.asarray(nbytes, np.float64) * inv_b
-        out = t0 + np.broadcast_arrays(b, np.asarray(flops))[0] + cx * np.asarray(x, np.float64)
+        out = t0 + np.broadcast_arrays(b, np.asarray(flops))[0]
+        if not extras:
+            return out
+        out = out + cx * np.asarray(x, np.float64)
         return out + cy * np.asarray(y, np.float64) + cz * np.asarray(z, np.float64)
 
     def affine(
@@ -358,12 +363,14 @@ def _bandwidth_plus(
         zk: float,
         counts: Iterable[int],
     ) -> list[float]:
+        if not extras:
+            return [t0 + (b0 + bn * n) * inv_b for n in counts]
         return [
             t0 + (b0 + bn * n) * inv_b + cx * (xn * n) + cy * y + cz * (z if n >= zk else 0.0)
             for n in counts
         ]
 
-    return scalar, many, affine
+    return (scalar if extras else partial(bandwidth_s, t0, inv_b)), many, affine
 
 
 def _compile_pair(
@@ -373,29 +380,7 @@ def _compile_pair(
     constants)."""
     roofline, t0, inv_b, inv_f, cx, cy, p, inv_p, cz = kernel_constants(kernel, params, peaks)
     if not roofline:
-
-        def bandwidth_many(
-            flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0, z: Any = 0.0
-        ) -> np.ndarray:
-            b = np.asarray(nbytes, np.float64) * inv_b
-            return t0 + np.broadcast_arrays(b, np.asarray(flops))[0]
-
-        def bandwidth_affine(
-            fn: float,
-            b0: float,
-            bn: float,
-            xn: float,
-            y: float,
-            z: float,
-            zk: float,
-            counts: Iterable[int],
-        ) -> list[float]:
-            return [t0 + (b0 + bn * n) * inv_b for n in counts]
-
-        scalar = partial(bandwidth_s, t0, inv_b)
-        if cx or cy or cz:  # a byte-only kernel with extras (the all-to-all's): they add
-            return _bandwidth_plus(t0, inv_b, cx, cy, cz)
-        return scalar, bandwidth_many, bandwidth_affine
+        return _bandwidth_forms(t0, inv_b, cx, cy, cz)
 
     fast = partial(roofline_s, t0, inv_b, inv_f, cx, cy, p, inv_p, cz)
 
@@ -459,23 +444,6 @@ def _coefficients(f: KernelFormula, params: dict[str, float]) -> tuple[float, fl
     return cs[0], cs[1], cs[2]
 
 
-def predict_many(
-    kernel: str,
-    params: dict[str, float],
-    peaks: dict[str, float],
-    flops: list[float],
-    nbytes: list[float],
-    extras: dict[str, list[float]] | None = None,
-) -> list[float]:
-    """``predict`` over columns of features (used by fitting reports and tests)."""
-    fn = compile_kernel(kernel, params, peaks)
-    ex = extras or {}
-    return [
-        fn(f, b, {k: v[i] for k, v in ex.items()})
-        for i, (f, b) in enumerate(zip(flops, nbytes, strict=True))
-    ]
-
-
 __all__ = [
     "KernelConstants",
     "bandwidth_s",
@@ -485,7 +453,6 @@ __all__ = [
     "compile_many",
     "kernel_constants",
     "predict",
-    "predict_many",
     "roofline_s",
     "smooth_max",
 ]

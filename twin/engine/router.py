@@ -31,7 +31,6 @@ class Router:
     """Base class; subclasses set ``name`` and implement :meth:`route`."""
 
     name: ClassVar[str] = ""
-    description: ClassVar[str] = ""
     # True when :meth:`route` depends on the session id alone (then a session's
     # turns all go where its first went, and the cluster asks once a session).
     by_session: ClassVar[bool] = False
@@ -47,7 +46,6 @@ class Router:
 
 class RoundRobin(Router):
     name = "round-robin"
-    description = "replicas in turn"
 
     def __init__(self) -> None:
         self._next = 0
@@ -72,7 +70,6 @@ def _least_loaded(replicas: Sequence[Routable], start: int = 0) -> int:
 
 class LeastLoaded(Router):
     name = "least-loaded"
-    description = "fewest outstanding tokens (prompt + output of unfinished requests)"
 
     def __init__(self) -> None:
         self._start = 0
@@ -93,7 +90,6 @@ def _mix(x: int) -> int:
 
 class SessionAffinity(Router):
     name = "session-affinity"
-    description = "sticky by session: a hash of the session id picks the replica"
     by_session = True
     reuse = True
 
@@ -113,7 +109,6 @@ class PrefixAware(Router):
     """
 
     name = "prefix-aware"
-    description = "longest cached prefix, ties by load, with a load cap"
     reuse = True
 
     def __init__(self, load_cap: float = 2.0, slack_tokens: int = 16384) -> None:

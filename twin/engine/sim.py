@@ -40,16 +40,12 @@ __all__ = [
     "Event",
     "Interrupt",
     "Process",
-    "ProcessGenerator",
     "Timeout",
     "delay_to",
     "redirect",
     "redirected",
     "wait_until",
 ]
-
-# What a process's generator is: it yields events and is resumed with their values.
-ProcessGenerator = Generator[Event, Any, Any]
 
 
 def delay_to(now: float, at: float) -> tuple[float, bool]:

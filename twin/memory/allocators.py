@@ -102,10 +102,6 @@ class PagedAllocator:
         self.data.pop(req, None)
 
     @property
-    def reserved_bytes(self) -> int:
-        return (self.n_pages - self.free_pages) * self.page_bytes
-
-    @property
     def used_data_bytes(self) -> int:
         return sum(self.data.values())
 

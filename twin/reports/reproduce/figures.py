@@ -46,15 +46,14 @@ def curves(
     series: Mapping[str, Sequence[float]],
     xlabel: str,
     ylabel: str,
-    log_x: bool = True,
     x_labels: Sequence[str] | None = None,
 ) -> str:
-    """One line per series over ``x`` (e.g. the improvement over SGLang+ vs cache size)."""
+    """One line per series over ``x`` on a log scale (e.g. the improvement over SGLang+ vs
+    cache size)."""
     fig, ax = _pyplot().subplots(figsize=(6.5, 3.8))
     for i, (name, ys) in enumerate(series.items()):
         ax.plot(x, ys, marker="o", color=f"C{i}", label=name)
-    if log_x:
-        ax.set_xscale("log")
+    ax.set_xscale("log")
     ax.set_xticks(list(x), list(x_labels) if x_labels else [f"{v:.3g}" for v in x])
     ax.minorticks_off()
     ax.axhline(0, color="#888", linewidth=0.8)

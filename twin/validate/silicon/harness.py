@@ -39,7 +39,6 @@ class Harness:
 
     name: str
     measured_rounds: int  # measured requests per client
-    warmup_rounds: int  # warm-up requests per client, sent first and left out
     # Prompt and output lengths are drawn uniformly from [int(len x range_ratio), len]
     # (1.0: exactly the row's ISL and OSL).
     range_ratio: float
@@ -78,7 +77,7 @@ def check_dispatch_spread(spread: float, where: str = "") -> None:
 # (``generator/config/deployment_config.yaml`` defaults) and ``ignore_eos``: exact lengths.
 # Dispatch spread 0: U(0, 5 / 10 / 20 ms) raised the fit TTFT MAPE of a stratified fit
 # subsample's aiperf rows (docs/decisions.md, "helper jitter40, session 40").
-AIPERF = Harness("aiconfigurator aiperf", MEASURED_ROUNDS, WARMUP_ROUNDS, 1.0, 0.0)
+AIPERF = Harness("aiconfigurator aiperf", MEASURED_ROUNDS, 1.0, 0.0)
 # The CSV's InferenceMAX collections: "2026-04-06.csv", "2026-03-25.csv" and the
 # "db-dump/2026-04-27" rows (Llama-3.1-70B, gpt-oss-120b, DeepSeek-R1, MiniMax-M2.5, ...
 # at ISL/OSL 1k/1k, 1k/8k, 8k/1k, 4-256 clients). They are one measurement pipeline dumped
@@ -94,7 +93,7 @@ AIPERF = Harness("aiconfigurator aiperf", MEASURED_ROUNDS, WARMUP_ROUNDS, 1.0, 0
 # (``sample_random_requests``).
 # Dispatch spread 0: U(0, 5 / 10 / 20 ms) left the subsample's fit TTFT MAPE 0.1-0.2
 # points higher (docs/decisions.md, "helper jitter40, session 40").
-INFERENCEMAX = Harness("InferenceMAX benchmark_serving", 10, 2, 0.8, 0.0)
+INFERENCEMAX = Harness("InferenceMAX benchmark_serving", 10, 0.8, 0.0)
 # ``qwen3.5-397b-gap-analysis.csv`` (76 SGLang rows of Qwen3.5-397B on B200 and H200) is
 # InferenceMAX's Qwen3.5 measurements again: 75 of its 76 rows equal a row of the
 # 2026-03-25.csv / 2026-04-06.csv / db-dump collections in TTFT and TPOT rounded to 0.1 ms,

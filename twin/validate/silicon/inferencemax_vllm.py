@@ -265,9 +265,10 @@ def inferencemax_vllm_float32_precision(row: SiliconRow, kind: str = "benchmark"
 # fp8 all the same (so these rows stay out of :func:`inferencemax_vllm_default_kv`):
 # 0.17.0 ``engine/arg_utils.py`` ``create_engine_config`` (l. 1496) resolves ``auto``
 # with ``utils/torch_utils.py`` ``resolve_kv_cache_dtype_string`` (l. 324), which reads a
-# ``modelopt`` quantization_config's ``kv_cache_scheme`` ``{dynamic: false, num_bits: 8,
-# type: float}`` as ``fp8`` (``get_kv_cache_quant_algo_string``, l. 262-312) and maps it
-# to ``fp8_e4m3``; ``nvidia/Kimi-K2.5-NVFP4``'s ``config.json`` (aiconfigurator's copy,
+# ``modelopt`` quantization_config's ``kv_cache_scheme``
+# ``{dynamic: false, num_bits: 8, type: float}`` as ``fp8``
+# (``get_kv_cache_quant_algo_string``, l. 262-312) and maps it to ``fp8_e4m3``;
+# ``nvidia/Kimi-K2.5-NVFP4``'s ``config.json`` (aiconfigurator's copy,
 # ``model_configs/nvidia--Kimi-K2.5-NVFP4_config.json``: ``quant_method: modelopt``,
 # ``quant_algo: NVFP4``) says exactly that. The plan's fp8 (the pairing) is what ran.
 INFERENCEMAX_KIMI = ("kimi-k2.5",)
