@@ -92,7 +92,7 @@ def _fit(cm: CostModel, family: str) -> Callable[..., float]:
 def test_rtx_pro_6000_trtllm_serving_prices_the_steps() -> None:
     """A 4,096-token prefill on the shipped profile: zero the fit's step coefficient and the
     step's MLA prefill drops by exactly ``c_quant_steps`` x its steps (64 a linear, four
-    linears); the decode module's price reads its steps beside its FMHA-free launch."""
+    linears); the decode module's price reads its steps beside its FMHA v2 launch."""
     prof = load_profile("rtx-pro-6000", "trtllm")
     cm = CostModel(DSV3, prof, tp=8)
     assert cm.mla_modes == ("module", "module")
@@ -120,6 +120,36 @@ def test_rtx_pro_6000_trtllm_serving_prices_the_steps() -> None:
     parts = dict((k, v) for _, k, v in cm._mla_decode(batch, keys))
     assert parts["mla_module"] == dec(*mmod.module_decode_features(dm, launch, 0.0, quant))
     assert parts["mla_module"] > dec(*mmod.module_decode_features(dm, launch))
+
+
+def test_serving_steps_count_the_rows_each_launch_quantises() -> None:
+    """A prefill after a cached prefix quantises kv_b_proj's input over every decompressed
+    row (1,024 new tokens on 3,072 cached: 3 x 16 + 64 steps, not 4 x 16); an absorbed extend
+    quantises its query tokens, not its sequences (8 sequences x 16 tokens: 128 rows, two
+    steps a launch). Each is the price less the same step priced at a zero coefficient."""
+    prof = load_profile("rtx-pro-6000", "trtllm")
+    cm = CostModel(DSV3, prof, tp=8)
+    d, sms = cm.mla_dims, cm.sms or 0
+    pre, dec = cm.priced.keys["mla_module_prefill"], cm.priced.keys["mla_module_decode"]
+    f = aggregate_step([(1024, 3072)], [], DSV3.mixer_counts, 0, 1, 64)
+    assert (f.prefill_tokens, f.prefill_kv_rows) == (1024, 4096)
+    steps = mmod.module_quant_steps(d, 1024, 4096, sms)
+    assert steps == 3 * 16 + 64
+    off = CostModel(DSV3, with_fit(prof, pre, c_quant_steps=0.0), tp=8)._mla_prefill(f)[1]
+    c = prof.kernels[pre].params["c_quant_steps"]
+    assert cm._mla_prefill(f)[1] - off == pytest.approx(c * steps, rel=1e-9)
+    batch, width, keys = 8, 16, 8 * 4000
+    queries = batch * width
+    steps = mmod.module_quant_steps(d, queries, 0, sms)
+    assert steps > mmod.module_quant_steps(d, batch, 0, sms)
+
+    def extend(model: CostModel) -> float:
+        parts = model._mla_decode(batch, keys, queries=queries, kv_rows=keys, width=width)
+        return dict((k, v) for _, k, v in parts)["mla_module"]
+
+    off = extend(CostModel(DSV3, with_fit(prof, dec, c_quant_steps=0.0), tp=8))
+    c = prof.kernels[dec].params["c_quant_steps"]
+    assert extend(cm) - off == pytest.approx(c * steps, rel=1e-9)
 
 
 def test_other_gpus_serve_without_the_steps() -> None:
