@@ -66,12 +66,7 @@ def compile_kernel(
                 return max(floor, work)
 
             return bandwidth_floor
-        if coeffs:  # the all-to-all's extras add to its byte time
-
-            def bandwidth_plus(flops: float, nbytes: float, extras: dict[str, float]) -> float:
-                return t0 + nbytes * inv_b + sum(c * extras.get(x, 0.0) for x, c in coeffs)
-
-            return bandwidth_plus
+        assert not coeffs, "a byte-only formula with extras has a floor (the all-to-all's)"
 
         def bandwidth(flops: float, nbytes: float, extras: dict[str, float]) -> float:
             return t0 + nbytes * inv_b
@@ -242,11 +237,11 @@ def compile_affine(
 
 class KernelConstants(NamedTuple):
     """One kernel's model with its parameters and peaks folded: ``t0 + bytes x inv_b``
-    (``roofline`` false; ``+ cx x + cy y + cz z`` for a byte-only kernel with extras), or
-    ``t0`` plus the p-norm of the compute side ``flops x inv_f + cx x + cy y + cz z`` and
-    the memory side ``bytes x inv_b`` (``inv_p = 1 / p``). ``cz`` last: the third extra
-    (the attention decode families' ``waves_d``), 0 for every other kernel, whose prices
-    it leaves as they were (adding ``0.0 x 0.0`` to a sum is exact)."""
+    (``roofline`` false: a byte-only kernel, none of which has extras here), or ``t0`` plus
+    the p-norm of the compute side ``flops x inv_f + cx x + cy y + cz z`` and the memory
+    side ``bytes x inv_b`` (``inv_p = 1 / p``). ``cz`` last: the third extra (the attention
+    decode families' ``waves_d``), 0 for every other kernel, whose prices it leaves as they
+    were (adding ``0.0 x 0.0`` to a sum is exact)."""
 
     roofline: bool
     t0: float
@@ -273,9 +268,11 @@ def kernel_constants(
     compile_kernel(kernel, params, peaks)  # validates the parameters
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
-    if not f.uses_flops:  # extras (the all-to-all's) add to the byte time
-        cx, cy, cz = _coefficients(f, params)
-        return KernelConstants(False, t0, inv_b, cx=cx, cy=cy, cz=cz)
+    if not f.uses_flops:
+        # The byte-only formulas with extras are the all-to-all's, each with a floor
+        # (refused above): ``compile_kernel`` prices them.
+        assert not f.extras, "the compiled constants of a byte-only kernel carry no extra"
+        return KernelConstants(False, t0, inv_b)
     inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
     p = float(params["p"])
     cx, cy, cz = _coefficients(f, params)
@@ -327,31 +324,20 @@ def bandwidth_s(
     y: float = 0.0,
     z: float = 0.0,
 ) -> float:
-    """Seconds of a byte-only kernel of constants ``t0``, ``inv_b`` whose extras are 0
-    (``KernelConstants`` with ``roofline`` false): ``t0 + bytes x inv_b``."""
+    """Seconds of a byte-only kernel of constants ``t0``, ``inv_b`` (``KernelConstants``
+    with ``roofline`` false): ``t0 + bytes x inv_b``."""
     return t0 + nbytes * inv_b
 
 
 def _bandwidth_forms(
-    t0: float, inv_b: float, cx: float, cy: float, cz: float
+    t0: float, inv_b: float
 ) -> tuple[Callable[..., float], Callable[..., np.ndarray], Callable[..., list[float]]]:
     """The three forms of a byte-only kernel's ``t0 + bytes x inv_b`` (``KernelConstants``
-    with ``roofline`` false), plus ``cx x + cy y + cz z`` when it has extras (the
-    all-to-all's): they add to its byte time."""
-    extras = bool(cx or cy or cz)
-
-    def scalar(
-        flops: float, nbytes: float, x: float = 0.0, y: float = 0.0, z: float = 0.0
-    ) -> float:
-        return t0 + nbytes * inv_b + cx * x + cy * y + cz * z
+    with ``roofline`` false)."""
 
     def many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0, z: Any = 0.0) -> np.ndarray:
         b = np.asarray(nbytes, np.float64) * inv_b
-        out = t0 + np.broadcast_arrays(b, np.asarray(flops))[0]
-        if not extras:
-            return out
-        out = out + cx * np.asarray(x, np.float64)
-        return out + cy * np.asarray(y, np.float64) + cz * np.asarray(z, np.float64)
+        return t0 + np.broadcast_arrays(b, np.asarray(flops))[0]
 
     def affine(
         fn: float,
@@ -363,14 +349,9 @@ def _bandwidth_forms(
         zk: float,
         counts: Iterable[int],
     ) -> list[float]:
-        if not extras:
-            return [t0 + (b0 + bn * n) * inv_b for n in counts]
-        return [
-            t0 + (b0 + bn * n) * inv_b + cx * (xn * n) + cy * y + cz * (z if n >= zk else 0.0)
-            for n in counts
-        ]
+        return [t0 + (b0 + bn * n) * inv_b for n in counts]
 
-    return (scalar if extras else partial(bandwidth_s, t0, inv_b)), many, affine
+    return partial(bandwidth_s, t0, inv_b), many, affine
 
 
 def _compile_pair(
@@ -380,7 +361,7 @@ def _compile_pair(
     constants)."""
     roofline, t0, inv_b, inv_f, cx, cy, p, inv_p, cz = kernel_constants(kernel, params, peaks)
     if not roofline:
-        return _bandwidth_forms(t0, inv_b, cx, cy, cz)
+        return _bandwidth_forms(t0, inv_b)
 
     fast = partial(roofline_s, t0, inv_b, inv_f, cx, cy, p, inv_p, cz)
 
