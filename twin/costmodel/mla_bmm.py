@@ -114,7 +114,7 @@ def bmm_quant_rule(gpu: str, kernel_source: str) -> bool:
 
 # TensorRT-LLM's fp8 block-scale linears run the same loop on SM120: its
 # ``FP8BlockScalesLinearMethod.apply`` (NVIDIA/TensorRT-LLM
-# ``tensorrt_llm/_torch/modules/linear.py``, the stored version) quantises the activation
+# ``tensorrt_llm/_torch/modules/linear.py``, stored version 00bbf71e) quantises the activation
 # with ``per_token_quant_and_transform`` (a 2-D input: one "head") before
 # ``fp8_block_scaling_gemm`` on compute capability 12.0 only (``fp8_quantize_1x128``, a
 # CUDA kernel, elsewhere), and the module's absorbed BMMs take the fp8 path above. NVIDIA's
