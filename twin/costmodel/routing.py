@@ -184,12 +184,19 @@ class Zipf(Routing):
     def rank_load(self, tokens: float, n_experts: int, top_k: int, ep: int) -> RankLoad:
         if self.s == 0.0 or n_experts <= 1:
             return UNIFORM.rank_load(tokens, n_experts, top_k, ep)
-        rows = tokens * top_k
-        p = _zipf_busiest(n_experts, ep, self.s)  # (placements, n_experts / ep)
-        share = 1.0 if ep <= 1 else float(p.sum(axis=1).mean())
-        # 1 - (1 - p)^rows, in log space (the hot experts' p near 1/top_k at large s)
-        reach = -np.expm1(rows * np.log1p(-p))
-        return RankLoad(rows * share, float(reach.sum(axis=1).mean()))
+        return RankLoad(*_zipf_load(tokens, n_experts, top_k, ep, self.s))
+
+
+@functools.lru_cache(maxsize=65536)
+def _zipf_load(tokens: float, n_experts: int, top_k: int, ep: int, s: float) -> tuple[float, float]:
+    """(rows, distinct experts) of the rank with the largest share (cached: a run prices the
+    same step sizes again and again)."""
+    rows = tokens * top_k
+    p = _zipf_busiest(n_experts, ep, s)  # (placements, n_experts / ep)
+    share = 1.0 if ep <= 1 else float(p.sum(axis=1).mean())
+    # 1 - (1 - p)^rows, in log space (the hot experts' p near 1/top_k at large s)
+    reach = -np.expm1(rows * np.log1p(-p))
+    return rows * share, float(reach.sum(axis=1).mean())
 
 
 @functools.lru_cache(maxsize=256)
