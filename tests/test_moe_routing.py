@@ -80,3 +80,14 @@ def test_zipf_under_ep_times_the_rank_with_the_largest_share() -> None:
     rt._zipf_busiest.cache_clear()
     rt._zipf_load.cache_clear()
     assert z.rank_load(64, 256, 8, 8) == a
+
+
+def test_every_model_is_priced_at_the_served_zipf_popularity() -> None:
+    from twin.presets import get_model
+
+    m = get_model("gpt-oss-120b")
+    rule = rt.routing_for(m)
+    assert rule is ROUTINGS[rt.SERVED] and rule == Zipf(0.5)
+    # a decode-sized step reaches fewer experts than independent uniform draws
+    load = rule.rank_load(32, m.moe_n_experts, m.moe_top_k, 1)
+    assert load.active < ROUTINGS["uniform"].rank_load(32, m.moe_n_experts, m.moe_top_k, 1).active

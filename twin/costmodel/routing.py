@@ -37,7 +37,7 @@ ranks, the rows and the distinct experts of that rank (``RankLoad``).
   largest share (the layer waits for it), the mean over ``ZIPF_PLACEMENTS`` seeded
   placements.
 
-Which rule prices a model: ``routing_for``.
+Which rule prices a model: ``routing_for`` (``SERVED``).
 """
 
 from __future__ import annotations
@@ -227,9 +227,14 @@ ROUTINGS: dict[str, Routing] = {
     "zipf_0.5": Zipf(0.5),
 }
 
+# The rule that prices every model's experts: a Zipf popularity of exponent 0.5, the least
+# TPOT error of the exponents 0-1 on the measured MoE rows of the fit split
+# (docs/decisions.md, issue 31: a skewed expert popularity, helper route44, session 44).
+SERVED = "zipf_0.5"
+
 
 def routing_for(model: ModelSpec) -> Routing:
-    """The routing rule that prices ``model``'s experts: independent uniform draws, for
-    every model (the lowest fit-split TPOT error of the three on the measured MoE rows;
-    docs/decisions.md, issue 34: the routing step)."""
-    return ROUTINGS["uniform"]
+    """The routing rule that prices ``model``'s experts: ``SERVED``, one rule for every
+    model (no source gives one model's gate another skew; docs/decisions.md, issue 34: the
+    routing step, and issue 31: a skewed expert popularity)."""
+    return ROUTINGS[SERVED]
