@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from twin.costmodel import routing as rt
-from twin.costmodel.routing import ROUTINGS, PowerLaw
+from twin.costmodel.routing import ROUTINGS, PowerLaw, Zipf
 
 
 def test_uniform_is_the_expected_distinct_experts_of_independent_draws() -> None:
@@ -48,3 +48,46 @@ def test_power_law_is_the_same_for_the_same_inputs() -> None:
     # between two grid points the load is interpolated, so a step's price is smooth
     lo, mid, hi = (pl.rank_load(t, 128, 8, 1).active for t in (181, 190, 197))
     assert min(lo, hi) <= mid <= max(lo, hi)
+
+
+@pytest.mark.parametrize(
+    "shape", [(32, 256, 8, 1), (32, 256, 8, 8), (7, 128, 4, 2), (3, 384, 8, 4)]
+)
+def test_zipf_at_exponent_zero_is_uniform_to_the_bit(shape: tuple[int, int, int, int]) -> None:
+    assert Zipf(0.0).rank_load(*shape) == ROUTINGS["uniform"].rank_load(*shape)
+
+
+def test_zipf_one_rank_reaches_fewer_experts_the_more_skewed() -> None:
+    # one rank: all 256 rows on it; 1 - (1 - p_r)^256 summed over ranks r of p_r ~ r^-s
+    reached = [Zipf(s).rank_load(32, 256, 8, 1) for s in (0.0, 0.3, 0.6, 1.0)]
+    assert all(r.rows == 256 for r in reached)
+    assert reached[0].active > reached[1].active > reached[2].active > reached[3].active
+    p = [r**-1.0 for r in range(1, 257)]
+    expect = sum(1 - (1 - x / sum(p)) ** 256 for x in p)
+    assert reached[3].active == pytest.approx(expect, rel=1e-12)
+    # a prefill-sized step reaches every expert under either rule
+    assert Zipf(1.0).rank_load(16384, 256, 8, 1).active == pytest.approx(256, abs=0.01)
+
+
+def test_zipf_under_ep_times_the_rank_with_the_largest_share() -> None:
+    z, uni = Zipf(0.6), ROUTINGS["uniform"]
+    for t in (8, 64, 4096):
+        load, mean = z.rank_load(t, 256, 8, 8), uni.rank_load(t, 256, 8, 8)
+        assert load.rows > 1.05 * mean.rows  # more than the mean rank's share
+        assert load.active <= 32
+    # the same inputs, the same load (the placements are seeded)
+    a = z.rank_load(64, 256, 8, 8)
+    rt._zipf_busiest.cache_clear()
+    rt._zipf_load.cache_clear()
+    assert z.rank_load(64, 256, 8, 8) == a
+
+
+def test_every_model_is_priced_at_the_served_zipf_popularity() -> None:
+    from twin.presets import get_model
+
+    m = get_model("gpt-oss-120b")
+    rule = rt.routing_for(m)
+    assert rule is ROUTINGS[rt.SERVED] and rule == Zipf(0.5)
+    # a decode-sized step reaches fewer experts than independent uniform draws
+    load = rule.rank_load(32, m.moe_n_experts, m.moe_top_k, 1)
+    assert load.active < ROUTINGS["uniform"].rank_load(32, m.moe_n_experts, m.moe_top_k, 1).active

@@ -24,8 +24,20 @@ ranks, the rows and the distinct experts of that rank (``RankLoad``).
   rank's expected rows and distinct experts over ``DRAWS`` seeded draws. With 256 or more
   experts and a small step every share rounds to zero and the surplus puts all the rows on
   the first experts, one rank (docs/decisions.md, issue 34: the routing step).
+- ``zipf_<s>``: a skewed popularity: each token x top-k draw picks the expert of
+  popularity rank r with probability proportional to ``r^-s`` (Zipf's law; ``s`` 0 is
+  ``uniform``), independently, the popularity ranks placed at random over the EP ranks.
+  Served gates are not balanced per batch: the DeepSeek-V3 report's EP load balancer
+  (redundant copies of the hot experts, arXiv:2412.19437 section 3.4) and SGLang's
+  ``EPLB`` exist because measured expert loads are skewed at inference, and traces of
+  DeepSeek-V3, Qwen3-235B and Llama 4 serving show it on every model (arXiv:2604.23150;
+  Nguyen et al., Least-Loaded Expert Parallelism, PMLR v306). Closed form: the rank's
+  rows are its share of the ``tokens x top_k`` draws, its distinct experts
+  ``sum(1 - (1 - p_e)^(tokens x top_k))`` over its experts; under EP the rank with the
+  largest share (the layer waits for it), the mean over ``ZIPF_PLACEMENTS`` seeded
+  placements.
 
-Which rule prices a model: ``routing_for``.
+Which rule prices a model: ``routing_for`` (``SERVED``).
 """
 
 from __future__ import annotations
@@ -157,16 +169,72 @@ def _power_law_rank(
     return float(rank.sum(axis=1).mean()), float((rank > 0).sum(axis=1).mean())
 
 
+# Seeded placements of the Zipf popularity ranks over the EP ranks averaged per (experts,
+# EP, s): which ranks hold the hot experts moves the busiest rank's share by a few percent.
+ZIPF_PLACEMENTS = 64
+
+
+@dataclass(frozen=True)
+class Zipf(Routing):
+    """Independent draws of a Zipf popularity of exponent ``s``; under EP the rank with the
+    largest share of it (``zipf_<s>`` in the module's docstring)."""
+
+    s: float
+
+    def rank_load(self, tokens: float, n_experts: int, top_k: int, ep: int) -> RankLoad:
+        if self.s == 0.0 or n_experts <= 1:
+            return UNIFORM.rank_load(tokens, n_experts, top_k, ep)
+        return RankLoad(*_zipf_load(tokens, n_experts, top_k, ep, self.s))
+
+
+@functools.lru_cache(maxsize=65536)
+def _zipf_load(tokens: float, n_experts: int, top_k: int, ep: int, s: float) -> tuple[float, float]:
+    """(rows, distinct experts) of the rank with the largest share (cached: a run prices the
+    same step sizes again and again)."""
+    rows = tokens * top_k
+    p = _zipf_busiest(n_experts, ep, s)  # (placements, n_experts / ep)
+    share = 1.0 if ep <= 1 else float(p.sum(axis=1).mean())
+    # 1 - (1 - p)^rows, in log space (the hot experts' p near 1/top_k at large s)
+    reach = -np.expm1(rows * np.log1p(-p))
+    return rows * share, float(reach.sum(axis=1).mean())
+
+
+@functools.lru_cache(maxsize=256)
+def _zipf_busiest(n_experts: int, ep: int, s: float) -> np.ndarray:
+    """The popularity of each expert of the rank with the largest share, per placement of
+    the popularity ranks over the EP ranks (seeded by the arguments; one placement at EP 1)."""
+    p = np.arange(1, n_experts + 1, dtype=np.float64) ** -s
+    p /= p.sum()
+    if ep <= 1:
+        return p[None, :]
+    seed = (n_experts * 10_007 + ep * 101 + round(s * 1000)) % (2**32)
+    rng = np.random.default_rng(seed)
+    placed = np.stack([p[rng.permutation(n_experts)] for _ in range(ZIPF_PLACEMENTS)])
+    per_rank = placed.reshape(ZIPF_PLACEMENTS, ep, n_experts // ep)
+    top = np.argmax(per_rank.sum(axis=2), axis=1)
+    busiest = per_rank[np.arange(ZIPF_PLACEMENTS), top]
+    busiest.setflags(write=False)
+    return busiest
+
+
+UNIFORM = Uniform()
+
 ROUTINGS: dict[str, Routing] = {
-    "uniform": Uniform(),
+    "uniform": UNIFORM,
     "balanced": Balanced(),
     "power_law_1.01": PowerLaw(1.01),
     "power_law_1.2": PowerLaw(1.2),
+    "zipf_0.5": Zipf(0.5),
 }
+
+# The rule that prices every model's experts: a Zipf popularity of exponent 0.5, the least
+# TPOT error of the exponents 0-1 on the measured MoE rows of the fit split
+# (docs/decisions.md, issue 31: a skewed expert popularity, helper route44, session 44).
+SERVED = "zipf_0.5"
 
 
 def routing_for(model: ModelSpec) -> Routing:
-    """The routing rule that prices ``model``'s experts: independent uniform draws, for
-    every model (the lowest fit-split TPOT error of the three on the measured MoE rows;
-    docs/decisions.md, issue 34: the routing step)."""
-    return ROUTINGS["uniform"]
+    """The routing rule that prices ``model``'s experts: ``SERVED``, one rule for every
+    model (no source gives one model's gate another skew; docs/decisions.md, issue 34: the
+    routing step, and issue 31: a skewed expert popularity)."""
+    return ROUTINGS[SERVED]
