@@ -138,9 +138,10 @@ class Cluster:
             max(self.horizon_s, 1e-3) / arrivals.samples,
             max_samples=2 * arrivals.samples,
         )
-        # Per replica: when its front end is next free (None: no front end, frontend_s 0),
-        # and its last pass's start and requests (``frontend_batch``).
-        self._front: list[float] | None = [0.0] * replicas if config.host_time.frontend_s else None
+        # Per replica: when its front end is next free (None: no front end, frontend_s and
+        # frontend_token_s 0), and its last pass's start and requests (``frontend_batch``).
+        front = config.host_time.frontend_s or config.host_time.frontend_token_s
+        self._front: list[float] | None = [0.0] * replicas if front else None
         self._front_pass: list[tuple[float, int]] = [(-1.0, 0)] * replicas
         self._finished = env.event()
         self._arrivals_done = False
@@ -384,6 +385,16 @@ class Cluster:
         together (vLLM's tokeniser thread: ``modes_vllm.VLLM_FRONTEND_BATCH``); 0: any
         number, each request ``frontend_s`` after it is sent (a latency). The record's
         arrival is the send time, so TTFT counts the front end.
+
+        ``frontend_token_s`` adds that much per prompt token to the request's own time (one
+        at a time or a latency; the config refuses it with passes): TensorRT-LLM's
+        ``trtllm-serve`` tokenises each text prompt on its own (``serve/openai_server.py``
+        ``OpenAIServer.openai_completion`` -> ``LLM.input_processor``, i.e.
+        ``inputs/registry.py`` ``DefaultInputProcessor.__call__`` ->
+        ``TransformersTokenizer.encode``, one call per prompt, no batching): on the
+        server's event loop inside ``llmapi/llm.py`` ``LLM.generate_async`` up to PR #7515,
+        in a worker thread (``asyncio.to_thread``) after it (merged 2025-09-05, so the
+        1.2.0rc releases); the stored copies read, no release tag being storable.
         """
         assert self._front is not None
         if replica is None:
@@ -391,15 +402,18 @@ class Cluster:
         env, free = self.env, self._front
         sent = env.now
         front = self.config.host_time
+        # This request's time: per request and per prompt token (frontend_token_s 0: x + 0.0
+        # is x, so the front end without it is unchanged to the bit).
+        own = front.frontend_s + front.frontend_token_s * len(req.prompt)
         start, count = self._front_pass[replica.index]
         if not front.frontend_batch:
-            done = sent + front.frontend_s  # a latency: nothing waits
+            done = sent + own  # a latency: nothing waits
         elif front.frontend_batch != 1 and start >= sent and count < front.frontend_batch:
             done = start + front.frontend_s  # the pass not yet started has room
             self._front_pass[replica.index] = (start, count + 1)
         else:
             start = max(sent, free[replica.index])
-            done = start + front.frontend_s
+            done = start + own
             self._front_pass[replica.index] = (start, 1)
         free[replica.index] = done
         yield env.timeout(done - sent)

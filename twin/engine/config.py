@@ -237,6 +237,13 @@ class HostTimeConfig:
         "a time; 0: any number, the front end a latency (vLLM's tokeniser thread batches "
         "up to 32: twin.engine.cluster.Cluster._through_front)",
     )
+    frontend_token_s: float = _opt(
+        0.0,
+        "seconds the serving front end spends on each prompt token of a request (the API "
+        "server tokenising the prompt text), added to frontend_s for that request; served "
+        "as frontend_s is, one request at a time (frontend_batch 1) or as a latency "
+        "(frontend_batch 0); not with passes (frontend_batch above 1). 0: none",
+    )
     stream_token_s: float = _opt(
         0.0,
         "seconds the serving path's response side (one process: the engine's per-token "
@@ -392,6 +399,7 @@ SUMMARY_ORDER = (
     "new_token_ratio",
     "frontend_s",
     "frontend_batch",
+    "frontend_token_s",
     "stream_token_s",
     "step_host_s",
     "seq_host_s",
@@ -523,6 +531,7 @@ class EngineConfig:
         need(a.samples >= 2, "samples", "must be at least 2")
         for name in (
             "frontend_s",
+            "frontend_token_s",
             "stream_token_s",
             "step_host_s",
             "seq_host_s",
@@ -549,6 +558,11 @@ class EngineConfig:
             and h.frontend_batch >= 0,
             "frontend_batch",
             "must be a whole number >= 0",
+        )
+        need(
+            not h.frontend_token_s or h.frontend_batch <= 1,
+            "frontend_token_s",
+            "is not modelled with the front end in passes (frontend_batch above 1)",
         )
         need(h.eager_graph_tokens >= 0, "eager_graph_tokens", "must be >= 0")
         need(isinstance(h.eager_overlap, bool), "eager_overlap", "must be true or false")

@@ -70,6 +70,7 @@ class NamedSettings(TypedDict, total=False):
     # host_time (HostTimeConfig)
     frontend_s: float
     frontend_batch: int
+    frontend_token_s: float
     stream_token_s: float
     step_host_s: float
     seq_host_s: float
