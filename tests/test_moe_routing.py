@@ -91,3 +91,18 @@ def test_every_model_is_priced_at_the_served_zipf_popularity() -> None:
     # a decode-sized step reaches fewer experts than independent uniform draws
     load = rule.rank_load(32, m.moe_n_experts, m.moe_top_k, 1)
     assert load.active < ROUTINGS["uniform"].rank_load(32, m.moe_n_experts, m.moe_top_k, 1).active
+
+
+def test_zipf_under_ep_tends_to_uniform_as_the_skew_vanishes() -> None:
+    # every draw of the step (not the rank's rows alone) can reach the rank's experts, and
+    # a flat popularity gives every rank the mean share: uniform's mean rank (review44b)
+    for t, e, k, ep in ((1, 128, 4, 4), (32, 256, 8, 8), (300, 384, 8, 4)):
+        near, uni = Zipf(1e-9).rank_load(t, e, k, ep), ROUTINGS["uniform"].rank_load(t, e, k, ep)
+        assert near.rows == pytest.approx(uni.rows, rel=1e-6)
+        assert near.active == pytest.approx(uni.active, rel=1e-6)
+    # and the busiest rank's distinct experts are its own experts' reach by all draws
+    z = Zipf(0.5)
+    p = rt._zipf_busiest(256, 8, 0.5)
+    want = sum(sum(1 - (1 - x) ** (32 * 8) for x in row) for row in p) / len(p)
+    assert z.rank_load(32, 256, 8, 8).active == pytest.approx(want, rel=1e-9)
+    assert z.rank_load(32, 256, 8, 8).rows == pytest.approx(32 * 8 * p.sum(axis=1).mean())

@@ -21,13 +21,15 @@ Per layer kind:
   causal conv1d, the chunked delta rule or its recurrent update, gated RMSNorm,
   out_proj GEMM;
 - MoE: fused add+RMSNorm, router GEMM, the routed experts over ``T x top_k`` token
-  rows and the expected number of distinct experts hit (uniform routing): the
+  rows and the expected number of distinct experts hit (the served routing rule,
+  ``twin.costmodel.routing.routing_for``: a skewed, Zipf expert popularity): the
   profile's fused-MoE fit of the experts' format where it has one (``moe``,
   ``moe_fp8``, ...: NVIDIA's ``moe_perf`` tables, activation and combine inside),
   else one grouped GEMM each way, activation, weighted combine; the shared expert as
-  dense GEMMs; with expert parallelism (``ep``) each rank's share of the rows and
-  experts, no all-to-all (attention is tensor-parallel, so every rank holds every token
-  and the layer's all-reduce combines; an all-to-all comes with attention-DP, not yet);
+  dense GEMMs; with expert parallelism (``ep``) the rows and experts of the rank with
+  the largest share (the routing rule's), no all-to-all (attention is tensor-parallel,
+  so every rank holds every token and the layer's all-reduce combines; an all-to-all
+  comes with attention-DP, not yet);
 - head: embedding gather, final RMSNorm, LM head GEMM for one row per sequence
   (a prefill chunk is charged its logits row as if it ended its prompt).
 

@@ -25,17 +25,29 @@ ranks, the rows and the distinct experts of that rank (``RankLoad``).
   experts and a small step every share rounds to zero and the surplus puts all the rows on
   the first experts, one rank (docs/decisions.md, issue 34: the routing step).
 - ``zipf_<s>``: a skewed popularity: each token x top-k draw picks the expert of
-  popularity rank r with probability proportional to ``r^-s`` (Zipf's law; ``s`` 0 is
-  ``uniform``), independently, the popularity ranks placed at random over the EP ranks.
-  Served gates are not balanced per batch: the DeepSeek-V3 report's EP load balancer
-  (redundant copies of the hot experts, arXiv:2412.19437 section 3.4) and SGLang's
-  ``EPLB`` exist because measured expert loads are skewed at inference, and traces of
-  DeepSeek-V3, Qwen3-235B and Llama 4 serving show it on every model (arXiv:2604.23150;
-  Nguyen et al., Least-Loaded Expert Parallelism, PMLR v306). Closed form: the rank's
-  rows are its share of the ``tokens x top_k`` draws, its distinct experts
+  popularity rank r with probability proportional to ``r^-s`` (``s`` 0 is ``uniform``),
+  independently, the popularity ranks placed at random over the EP ranks. Why skewed:
+  served expert loads are uneven, so deployments re-balance them: the DeepSeek-V3 report
+  duplicates its high-load experts, detected from the online service's load statistics
+  (redundant experts, arXiv:2412.19437 section 3.4 "Inference and Deployment", 3.4.1
+  Prefilling and 3.4.2 Decoding), as DeepSeek's EPLB and SGLang's EPLB after it do ("the
+  load on different experts may vary depending on the workload": NVIDIA Dynamo 0.8.0 docs,
+  "Expert Parallelism Load Balancer (EPLB) in SGLang"); over 100,000 activation traces of
+  Llama 4 Maverick, DeepSeek-V3-671B and Qwen3-235B-A22B find variable expert load
+  imbalance on each of them (arXiv:2604.23150); "even well-trained MoE models exhibit
+  significantly imbalanced routing" (Nguyen et al., Least-Loaded Expert Parallelism,
+  arXiv:2601.17111). None of them gives the shape: the Zipf form and its exponent are
+  the twin's, the exponent a fitted parameter (``SERVED``). Closed form: the rank's rows
+  are its share of the ``tokens x top_k`` draws, its distinct experts
   ``sum(1 - (1 - p_e)^(tokens x top_k))`` over its experts; under EP the rank with the
-  largest share (the layer waits for it), the mean over ``ZIPF_PLACEMENTS`` seeded
-  placements.
+  largest expected share, the mean over ``ZIPF_PLACEMENTS`` seeded placements. Two
+  approximations (docs/decisions.md, issue 31, review44b): the draws are with
+  replacement where a gate picks a token's top-k distinct experts (a step of 1 token
+  reaches 0.5-5% fewer experts than top-k without replacement at 128-512 experts, top-k
+  4-10, under 0.1% by 256-512 tokens; the busiest rank's rows 0-3.4% over); and the
+  rank with the largest expected share stands for the step's busiest rank, as
+  ``uniform``'s mean rank does (at EP 4-8 a step's realised busiest rank holds about
+  twice the rows at 1 token, 14-18% more at 16, 1-4% more at 64).
 
 Which rule prices a model: ``routing_for`` (``SERVED``).
 """
@@ -189,8 +201,8 @@ class Zipf(Routing):
 
 @functools.lru_cache(maxsize=65536)
 def _zipf_load(tokens: float, n_experts: int, top_k: int, ep: int, s: float) -> tuple[float, float]:
-    """(rows, distinct experts) of the rank with the largest share (cached: a run prices the
-    same step sizes again and again)."""
+    """(rows, distinct experts) of the rank with the largest expected share (cached per
+    every input: a run prices the same step sizes again and again)."""
     rows = tokens * top_k
     p = _zipf_busiest(n_experts, ep, s)  # (placements, n_experts / ep)
     share = 1.0 if ep <= 1 else float(p.sum(axis=1).mean())
@@ -227,9 +239,12 @@ ROUTINGS: dict[str, Routing] = {
     "zipf_0.5": Zipf(0.5),
 }
 
-# The rule that prices every model's experts: a Zipf popularity of exponent 0.5, the least
-# TPOT error of the exponents 0-1 on the measured MoE rows of the fit split
-# (docs/decisions.md, issue 31: a skewed expert popularity, helper route44, session 44).
+# The rule that prices every model's experts: a Zipf popularity of exponent 0.5. The
+# exponent is a fitted parameter, not a source's: the least TPOT MAPE of s in 0-1 on the
+# direct decode price of the 1,659 measured MoE fit rows of silicon-all-s43 (0.5 and 0.6
+# tie at 7.81%, 0.5 the smaller skew; benchmarks/results/route44-s44/grid-fit.out.txt),
+# confirmed by the scorer on every 3rd of them (docs/decisions.md, issue 31: a skewed
+# expert popularity, helper route44, session 44).
 SERVED = "zipf_0.5"
 
 
