@@ -57,6 +57,7 @@ def test_the_rate_is_a_config_field_left_out_of_summaries_at_its_default():
     assert EngineConfig.of(frontend_token_s=2e-6).to_dict()["frontend_token_s"] == 2e-6
     with pytest.raises(TwinError, match="--frontend-token-s: must be >= 0"):
         EngineConfig.of(frontend_token_s=-1e-6)
-    with pytest.raises(TwinError, match="--frontend-token-s: is not modelled with the front"):
+    with pytest.raises(TwinError, match=r"--frontend-token-s: needs --frontend-batch 1 .* not 32"):
         EngineConfig.of(frontend_token_s=1e-6, frontend_batch=32)
+    assert EngineConfig.of(frontend_token_s=1e-6, frontend_batch=1).host_time.frontend_batch == 1
     assert EngineConfig.of(frontend_s=0.03, frontend_batch=32).host_time.frontend_token_s == 0

@@ -394,8 +394,10 @@ class Cluster:
         ``TransformersTokenizer.encode``, one call per prompt, no batching): on the
         server's event loop inside ``llmapi/llm.py`` ``LLM.generate_async`` up to PR #7515,
         in a worker thread (``asyncio.to_thread``) after it (merged 2025-09-05, so the
-        1.2.0rc releases); the stored copies read, no release tag being storable.
-        """
+        1.2.0rc releases; "Support multi-threaded tokenizers for trtllm-serve": prompts
+        may then tokenise side by side, closer to the latency form); the stored copies
+        read, no release tag being storable. The prompt counted is the request's whole
+        prompt, history included (an OpenAI-style client resends the conversation)."""
         assert self._front is not None
         if replica is None:
             replica = self._route(req)

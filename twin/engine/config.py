@@ -239,8 +239,9 @@ class HostTimeConfig:
     )
     frontend_token_s: float = _opt(
         0.0,
-        "seconds the serving front end spends on each prompt token of a request (the API "
-        "server tokenising the prompt text), added to frontend_s for that request; served "
+        "seconds the serving front end spends on each prompt token of a request, its "
+        "history included (the API server tokenising the prompt text), added to frontend_s "
+        "for that request; served "
         "as frontend_s is, one request at a time (frontend_batch 1) or as a latency "
         "(frontend_batch 0); not with passes (frontend_batch above 1). 0: none",
     )
@@ -562,7 +563,9 @@ class EngineConfig:
         need(
             not h.frontend_token_s or h.frontend_batch <= 1,
             "frontend_token_s",
-            "is not modelled with the front end in passes (frontend_batch above 1)",
+            f"needs --frontend-batch 1 (one request at a time) or 0 (a latency), not "
+            f"{h.frontend_batch}: a front end in passes is not modelled with a time per "
+            "prompt token (the vllm engine mode sets --frontend-batch 32 unless given)",
         )
         need(h.eager_graph_tokens >= 0, "eager_graph_tokens", "must be >= 0")
         need(isinstance(h.eager_overlap, bool), "eager_overlap", "must be true or false")
