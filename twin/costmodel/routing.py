@@ -46,8 +46,8 @@ ranks, the rows and the distinct experts of that rank (``RankLoad``).
   reaches 0.5-5% fewer experts than top-k without replacement at 128-512 experts, top-k
   4-10, under 0.1% by 256-512 tokens; the busiest rank's rows 0-3.4% over); and the
   rank with the largest expected share stands for the step's busiest rank, as
-  ``uniform``'s mean rank does (at EP 4-8 a step's realised busiest rank holds about
-  twice the rows at 1 token, 14-18% more at 16, 1-4% more at 64).
+  ``uniform``'s mean rank does (at EP 4-8 a step's realised busiest rank holds 1.6-2.1x
+  the rows at 1 token, 8-18% more at 16, 1-4% more at 64).
 
 Which rule prices a model: ``routing_for`` (``SERVED``).
 """
