@@ -105,12 +105,15 @@ def test_the_bound_prices_attention_ranks_stepping_together() -> None:
 # would (twin.engine.budget.kv_replication_scale); with 8 attention ranks each token
 # lives on one GPU. The plain replica's pool fills at about 82 running sequences (H200's
 # driver total, 141 GiB) and its queue grows; the attention-DP replica runs over 1.6 times
-# as many with its pool under 0.8 full and meets P95 TTFT <= 6 s on the same 8 GPUs.
+# as many with its pool under 0.8 full and meets P95 TTFT <= 7 s on the same 8 GPUs.
 # (The experts are priced from SGLang 0.5.10's table, not 0.5.14's group tie: 2 requests/s
 # and 5 s held before; moe_layout.group_tied_table. Session 31's H200 fp8-block refit on the
 # collector's rank-0 rows put the attention-DP replica's P95 at 6.02 s at 1.3 requests/s, so
-# the load is 1.2, where it meets at 5.5 s and the plain replica's is 24 s.)
-DS_SLO = "p95_ttft<=6s"
+# the load is 1.2, where it met at 5.5 s and the plain replica's was 24 s. Session 44's
+# skewed expert popularity, twin.costmodel.routing zipf_0.5, prices the attention-DP
+# replica's busiest EP rank above the uniform mean rank: 6.25 s against 31 s, so the target
+# is 7 s.)
+DS_SLO = "p95_ttft<=7s"
 
 
 def test_attention_dp_decides_the_answer_for_deepseek(tmp_path: Path) -> None:
@@ -137,7 +140,7 @@ def test_attention_dp_decides_the_answer_for_deepseek(tmp_path: Path) -> None:
     # The same GPUs without attention DP miss the target; a second replica costs more.
     assert plain.outcome == COSTLIER and [t.replicas for t in plain.trials] == [1]
     miss = plain.trial(1)
-    assert miss is not None and not miss.meets and miss.values_ms["p95_ttft<=6000ms"] > 6000
+    assert miss is not None and not miss.meets and miss.values_ms["p95_ttft<=7000ms"] > 7000
     # Why: the plain replica's KV pool is full and its queue grows; DP's is not.
     rows = {r["key"]: r for r in pq.read_table(tmp_path / "plan" / RESULTS_FILE).to_pylist()}
     hit = win.trial(1)
