@@ -5,17 +5,13 @@ fits' held-out errors and the serving price reading the same launch."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
+from mla_module_prices import module_decode_prices
 
 from twin import precision as px
 from twin.costmodel import CostModel
-from twin.costmodel import latency as lat
 from twin.costmodel import mla_decode_kernels as mdk
-from twin.costmodel import mla_module as mmod
 from twin.costmodel.profile_store import load_profile
-from twin.hardware import get_gpu
 from twin.presets import get_model
 
 DSV3_BF16 = px.with_precision(get_model("deepseek-v3"), "bf16", None)
@@ -71,27 +67,9 @@ def test_refitted_module_fits_read_the_launch_and_meet(family: str) -> None:
     assert prof.kernels[f"{family}_fp8kv"].params["c_critical_keys"] < 1e-14
 
 
-def _fit(cm: CostModel, family: str) -> Callable[..., float]:
-    key = cm.priced.keys[family]
-    return lat.compile_fast(key, cm.profile.kernels[key].params, cm.profile.peaks)
-
-
 def test_rtx_pro_6000_trtllm_serving_decode_module_prices_the_fmha_v2_launch() -> None:
     cm = CostModel(DSV3_BF16, load_profile("rtx-pro-6000", "trtllm"), tp=1)
-    assert cm.mla_modes[1] == "module"
     assert cm.priced.keys["mla_module_decode"] == "mla_module_decode"
-    d, e = cm.mla_dims, cm.elem_bytes
-    act_e, w_e = cm.priced.mla_gemm_bytes
-    stream = cm.priced.mla_kv_elem_bytes[1] * cm.priced.mla_module_kv_share
-    sms = get_gpu("rtx-pro-6000").sm_count or 0
-    batch, keys = 64, 64 * 8000
-    module = mmod.mla_module_absorbed_sums(d, batch, batch, keys, keys, 1, e, act_e, w_e, stream)
-    fit = _fit(cm, "mla_module_decode")
-
-    def price(rule: str | None) -> float:
-        launch = mdk.mla_decode_launch(rule, batch, keys, 1, d, stream, sms)
-        return fit(*mmod.module_decode_features(module, launch))
-
-    parts = dict((k, v) for _, k, v in cm._mla_decode(batch, keys))
-    assert parts["mla_module"] == price("fmha_v2")
-    assert price("fmha_v2") > 1.1 * price(None)
+    prices = module_decode_prices(cm, "rtx-pro-6000", 64, "fmha_v2")
+    assert prices.serving == prices.with_rule
+    assert prices.with_rule > 1.1 * prices.without_rule

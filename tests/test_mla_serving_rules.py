@@ -8,28 +8,21 @@ features of the rule, and against the features without it."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import pytest
+from mla_module_prices import module_decode_prices, priced_fit
 
 from twin import precision as px
 from twin.costmodel import CostModel
-from twin.costmodel import latency as lat
 from twin.costmodel import mla_bmm as mbmm
 from twin.costmodel import mla_decode_kernels as mdk
 from twin.costmodel import mla_features as mf
-from twin.costmodel import mla_module as mmod
 from twin.costmodel.profile_store import load_profile
 from twin.hardware import get_gpu
 from twin.presets import get_model
 
 DSV3 = get_model("deepseek-v3")  # fp8-block weights, as its checkpoint
 DSV3_BF16 = px.with_precision(DSV3, "bf16", None)
-
-
-def _fit(cm: CostModel, family: str) -> Callable[..., float]:
-    key = cm.priced.keys[family]
-    return lat.compile_fast(key, cm.profile.kernels[key].params, cm.profile.peaks)
 
 
 def test_a100_trtllm_serving_decode_prices_the_fmha_v2_launch() -> None:
@@ -39,7 +32,7 @@ def test_a100_trtllm_serving_decode_prices_the_fmha_v2_launch() -> None:
     sms = get_gpu("a100-80gb").sm_count or 0
     batch, keys = 32, 32 * 4000
     sums = mf.mla_absorbed_sums(batch, batch, keys, keys, 1, d, e, kv_e)
-    attn = _fit(cm, "mla_decode")
+    attn = priced_fit(cm, "mla_decode")
 
     def price(rule: str | None) -> float:
         launch = mdk.mla_decode_launch(rule, batch, keys, 1, d, kv_e, sms)
@@ -52,22 +45,9 @@ def test_a100_trtllm_serving_decode_prices_the_fmha_v2_launch() -> None:
 
 def test_l40s_vllm_serving_decode_module_prices_the_triton_mla_launch() -> None:
     cm = CostModel(DSV3_BF16, load_profile("l40s", "vllm"), tp=8)
-    assert cm.mla_modes[1] == "module"
-    d, e = cm.mla_dims, cm.elem_bytes
-    act_e, w_e = cm.priced.mla_gemm_bytes
-    stream = cm.priced.mla_kv_elem_bytes[1] * cm.priced.mla_module_kv_share
-    sms = get_gpu("l40s").sm_count or 0
-    batch, keys = 16, 16 * 8000
-    module = mmod.mla_module_absorbed_sums(d, batch, batch, keys, keys, 1, e, act_e, w_e, stream)
-    fit = _fit(cm, "mla_module_decode")
-
-    def price(rule: str | None) -> float:
-        launch = mdk.mla_decode_launch(rule, batch, keys, 1, d, stream, sms)
-        return fit(*mmod.module_decode_features(module, launch))
-
-    parts = dict((k, v) for _, k, v in cm._mla_decode(batch, keys))
-    assert parts["mla_module"] == price("vllm_triton")
-    assert price("vllm_triton") != price(None)
+    prices = module_decode_prices(cm, "l40s", 16, "vllm_triton")
+    assert prices.serving == prices.with_rule
+    assert prices.with_rule != prices.without_rule
 
 
 def test_rtx_pro_6000_trtllm_serving_bmm_prices_the_quantisation_steps() -> None:
@@ -80,7 +60,7 @@ def test_rtx_pro_6000_trtllm_serving_bmm_prices_the_quantisation_steps() -> None
     d, e = cm.mla_dims, cm.elem_bytes
     act_b, w_b = cm.priced.mla_bmm_bytes
     sms = get_gpu("rtx-pro-6000").sm_count or 0
-    bmm = _fit(cm, "mla_bmm")
+    bmm = priced_fit(cm, "mla_bmm")
     rows = 640
     with_q = without = 0.0
     for k, n in ((d.nope, d.kv_lora), (d.kv_lora, d.v)):
