@@ -190,9 +190,12 @@ def _bound_notes(r: dict[str, Any]) -> list[str]:
     bound = r.get("floor_bound")
     if not bound:
         return []
+    # The reference's floor (``module_floor.launch_floor``: t0 and its first wave), where
+    # the bound recorded it.
+    floor = f", floor {bound['floor_s'] * 1e6:.1f} us" if "floor_s" in bound else ""
     return [
         f"launch floor bounded (module_floor): t0 {bound['fitted_t0_s'] * 1e6:.1f} -> "
-        f"{bound['t0_s'] * 1e6:.1f} us ({bound['reference']}); the bounded price against "
+        f"{bound['t0_s'] * 1e6:.1f} us{floor} ({bound['reference']}); the bounded price against "
         f"the table as collected: median {r['bounded_heldout_median']:.1%} "
         f"P90 {r['bounded_heldout_p90']:.1%}"
     ]

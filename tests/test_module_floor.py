@@ -11,32 +11,78 @@ from twin.costmodel.profile import KernelFit, Profile
 from twin.costmodel.profile_store import load_profile
 
 
-def _fit(t0: float) -> KernelFit:
+def _fit(t0: float, launch_waves: float = 0.0) -> KernelFit:
     params = {"t0_s": t0, "eff_flops": 0.5, "eff_bytes": 0.7, "p": 1.0, "c_tiles": 1e-7}
+    params["c_launch_waves"] = launch_waves
     return KernelFit(model="m", params=params, provenance={"source": "measured"})
+
+
+# A decode-module table's rows as the floor reads them: under a launch rule every row has
+# at least one wave (``mla_decode_kernels.mla_decode_launch``), without one none.
+RULE_ROWS = [{"launch_waves": 1.0, "tiles": 4.0}, {"launch_waves": 3.0, "tiles": 90.0}]
+NO_RULE_ROWS = [{"launch_waves": 0.0, "tiles": 4.0}, {"launch_waves": 0.0, "tiles": 90.0}]
+KERNEL = "mla_module_decode"
 
 
 def test_a_floor_above_the_ratio_is_lowered_to_the_lowest_reference() -> None:
     fit = _fit(75e-6)
-    out = mf.bound_floor(fit, {"trt": 35e-6, "sibling": 40e-6})
+    out = mf.bound_floor(fit, 75e-6, {"trt": 35e-6, "sibling": 40e-6})
     assert out.params["t0_s"] == 35e-6
     assert {k: v for k, v in out.params.items() if k != "t0_s"} == {
         k: v for k, v in fit.params.items() if k != "t0_s"
     }
     assert out.provenance["floor_bound"]["fitted_t0_s"] == 75e-6
+    assert out.provenance["floor_bound"]["floor_s"] == 35e-6
     assert out.provenance["floor_bound"]["reference"] == "trt"
     assert fit.params["t0_s"] == 75e-6 and "floor_bound" not in fit.provenance
 
 
 def test_a_floor_within_the_ratio_or_without_reference_is_kept() -> None:
     fit = _fit(mf.COLLECTION_FLOOR_RATIO * 30e-6)
-    assert mf.bound_floor(fit, {"trt": 30e-6}) is fit
-    assert mf.bound_floor(fit, {}) is fit
+    assert mf.bound_floor(fit, mf.COLLECTION_FLOOR_RATIO * 30e-6, {"trt": 30e-6}) is fit
+    assert mf.bound_floor(fit, mf.COLLECTION_FLOOR_RATIO * 30e-6, {}) is fit
+
+
+def test_the_floor_is_t0_and_the_first_wave_every_row_pays() -> None:
+    """A fit's floor: ``t0`` plus its wave term at the table's least wave count (one under a
+    rule, none without); the per-CTA and work terms are not the floor."""
+    fit = _fit(20e-6, launch_waves=10e-6)
+    assert mf.launch_floor(KERNEL, fit, RULE_ROWS) == pytest.approx(30e-6, rel=1e-12)
+    assert mf.launch_floor(KERNEL, fit, NO_RULE_ROWS) == 20e-6
+    assert mf.launch_floor(KERNEL, fit, []) == 20e-6
+
+
+def _bounded(reference: KernelFit, fit: KernelFit) -> KernelFit:
+    """``fit`` (of a table with a launch rule) bounded by ``reference`` (another such
+    table's), through ``apply`` as the import calls it."""
+    return mf.apply(
+        fit, RULE_ROWS, "h200", "vllm", KERNEL, "0.24.0", lambda ref, k: (reference, RULE_ROWS)
+    )
+
+
+def test_moving_a_constant_into_the_launch_term_does_not_move_the_floor() -> None:
+    """Session 44's case: TensorRT-LLM's RTX PRO 6000 module fit moved ~10 us of its ``t0``
+    (26.4 -> 18.4 us) into its one-wave launch term; the bound read ``t0`` alone and fell.
+    The same fixed time split either way bounds a vLLM fit to the same price, and a vLLM
+    fit split either way is bounded to the same price."""
+    vllm = _fit(65e-6, launch_waves=3.8e-6)
+    plain, launched = _fit(28.4e-6), _fit(18.4e-6, launch_waves=10e-6)
+    a, b = _bounded(plain, vllm), _bounded(launched, vllm)
+    assert a.params["t0_s"] == pytest.approx(b.params["t0_s"], rel=1e-9)
+    for out in (a, b):  # the vLLM fit's own wave kept: its floor is the reference's
+        assert out.params["c_launch_waves"] == 3.8e-6
+        assert mf.launch_floor(KERNEL, out, RULE_ROWS) == pytest.approx(28.4e-6, rel=1e-9)
+        assert out.provenance["floor_bound"]["floor_s"] == pytest.approx(28.4e-6, rel=1e-9)
+    split = _bounded(launched, _fit(68.8e-6 - 10e-6, launch_waves=10e-6))
+    assert mf.launch_floor(KERNEL, split, RULE_ROWS) == pytest.approx(28.4e-6, rel=1e-9)
+    # the ratio reads the floors too: 1.5 x 28.4 = 42.6 us, a fit at 30 + 12 us is kept
+    kept = _fit(30e-6, launch_waves=12e-6)
+    assert _bounded(launched, kept) is kept
 
 
 def test_only_vllm_decode_modules_are_bounded_and_b300_gb200_gb300_also_read_b200() -> None:
-    def reference(ref: mf.FloorReference, kernel: str) -> KernelFit:
-        return _fit(20e-6)
+    def reference(ref: mf.FloorReference, kernel: str) -> tuple[KernelFit, mf.Rows]:
+        return _fit(20e-6), NO_RULE_ROWS
 
     fit = _fit(80e-6)
     for engine, kernel in (
@@ -45,8 +91,10 @@ def test_only_vllm_decode_modules_are_bounded_and_b300_gb200_gb300_also_read_b20
         ("vllm", "mla_module_prefill"),
         ("vllm", "mla_decode"),
     ):
-        assert mf.apply(fit, "h200", engine, kernel, "0.24.0", reference) is fit
-    bounded = mf.apply(fit, "h200", "vllm", "mla_module_decode_fp8kv", "0.24.0", reference)
+        assert mf.apply(fit, NO_RULE_ROWS, "h200", engine, kernel, "0.24.0", reference) is fit
+    bounded = mf.apply(
+        fit, NO_RULE_ROWS, "h200", "vllm", "mla_module_decode_fp8kv", "0.24.0", reference
+    )
     assert bounded.params["t0_s"] == 20e-6
     assert mf.references("h200", "0.24.0") == [mf.FloorReference("h200", "trtllm", None)]
     for gpu in ("b300", "gb200", "gb300"):
@@ -56,12 +104,22 @@ def test_only_vllm_decode_modules_are_bounded_and_b300_gb200_gb300_also_read_b20
         ]
 
 
+def _shipped_floor(fit: KernelFit) -> float:
+    """A shipped decode-module fit's floor (``launch_floor``) without its table: ``t0`` and
+    one wave. Every bounded table and reference table with a launch rule has rows of one
+    wave; a fit without a rule carries at most ~1e-11 s of wave term (an unread
+    coefficient), under the tests' 1e-6 tolerance."""
+    return float(fit.params["t0_s"]) + float(fit.params.get("c_launch_waves", 0.0))
+
+
 def _assert_bounded(fit: KernelFit, kernel: str, refs: list[Profile]) -> None:
-    """``fit`` carries the lowest floor of ``kernel`` among ``refs``, and was fitted above
+    """``fit``'s floor is the lowest floor of ``kernel`` among ``refs``, and was fitted above
     the ratio to it."""
-    floor = min(r.kernels[kernel].params["t0_s"] for r in refs if kernel in r.kernels)
-    assert math.isclose(fit.params["t0_s"], floor, rel_tol=1e-6)
-    assert fit.provenance["floor_bound"]["fitted_t0_s"] > mf.COLLECTION_FLOOR_RATIO * floor
+    floor = min(_shipped_floor(r.kernels[kernel]) for r in refs if kernel in r.kernels)
+    assert math.isclose(_shipped_floor(fit), floor, rel_tol=1e-6)
+    bound = fit.provenance["floor_bound"]
+    fitted = _shipped_floor(fit) - fit.params["t0_s"] + bound["fitted_t0_s"]
+    assert fitted > mf.COLLECTION_FLOOR_RATIO * floor
 
 
 def _references(gpu: str) -> list[Profile]:
@@ -128,5 +186,19 @@ def test_the_import_bounds_h200_vllm_by_its_tensorrt_llm_table() -> None:
     fit = engine_fit(fam, "h200", "vllm", peaks, spec.display_name)
     ref = reference_fit(mf.FloorReference("h200", "trtllm", None), "mla_module_decode")
     assert plain is not None and fit is not None and ref is not None
-    assert fit.params["t0_s"] == ref.params["t0_s"] < plain.params["t0_s"] / 2
+    assert mf.launch_floor("mla_module_decode", ref[0], ref[1]) == ref[0].params["t0_s"]
+    assert fit.params["t0_s"] == ref[0].params["t0_s"] < plain.params["t0_s"] / 2
     assert fit.provenance["floor_bound"]["reference"].startswith("TensorRT-LLM")
+
+
+def test_rtx_pro_6000_vllm_takes_tensorrt_llms_floor_with_its_fmha_v2_wave() -> None:
+    """TensorRT-LLM's RTX PRO 6000 ``mla_module_decode`` fit carries 10 us of its floor in its
+    FMHA v2 one-wave term (session 44); the vLLM fit bounded by it takes the whole floor
+    (t0 18.4 + 10.0 us), not ``t0`` alone, less its own wave term (3.8 us)."""
+    trt = load_profile("rtx-pro-6000-trtllm").kernels["mla_module_decode"]
+    vllm = load_profile("rtx-pro-6000-vllm").kernels["mla_module_decode"]
+    assert trt.params["c_launch_waves"] > 9e-6
+    floor = trt.params["t0_s"] + trt.params["c_launch_waves"]
+    assert vllm.provenance["floor_bound"]["floor_s"] == pytest.approx(floor, rel=1e-6)
+    assert vllm.params["t0_s"] > trt.params["t0_s"] + 5e-6
+    assert vllm.params["t0_s"] + vllm.params["c_launch_waves"] == pytest.approx(floor, rel=1e-6)

@@ -144,9 +144,10 @@ def fit_family(
 
 def reference_fit(
     ref: module_floor.FloorReference, kernel: str, root: Path | None = None, seed: int = 0
-) -> KernelFit | None:
-    """Family ``kernel`` fitted from the module table ``ref`` names (None where the
-    database lacks that GPU, table or family), at that GPU's own peaks."""
+) -> tuple[KernelFit, module_floor.Rows] | None:
+    """Family ``kernel`` fitted from the module table ``ref`` names, at that GPU's own
+    peaks, and that table's rows (None where the database lacks that GPU, table or
+    family)."""
     try:
         system = system_dir(ref.gpu, root)
     except TwinError:
@@ -157,7 +158,8 @@ def reference_fit(
         return None
     spec = get_gpu(ref.gpu)
     peaks = {**datasheet_profile(spec.name).peaks, **spec.low_precision_peaks()}
-    return fit_family(fam, peaks, spec.display_name, seed)
+    fit = fit_family(fam, peaks, spec.display_name, seed)
+    return None if fit is None else (fit, fam.rows)
 
 
 def engine_fit(
@@ -175,7 +177,13 @@ def engine_fit(
     if fit is None:
         return None
     return module_floor.apply(
-        fit, gpu, engine, fam.kernel, fam.release, lambda ref, k: reference_fit(ref, k, root, seed)
+        fit,
+        fam.rows,
+        gpu,
+        engine,
+        fam.kernel,
+        fam.release,
+        lambda ref, k: reference_fit(ref, k, root, seed),
     )
 
 
