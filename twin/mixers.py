@@ -41,6 +41,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from twin.precision import kv_elem_bytes
+
 if TYPE_CHECKING:
     from twin.model import ModelSpec
 
@@ -185,13 +187,6 @@ def indexer_key_bytes(m: ModelSpec) -> int:
     """Bytes of one token's indexer key in one MLA layer (above); 0 without an indexer."""
     width = m.index_head_dim
     return width + width // INDEXER_SCALE_BLOCK * 4 if m.index_n_heads else 0
-
-
-def kv_elem_bytes(m: ModelSpec) -> int:
-    """Bytes of one K or V element: ``dtype_bytes``, or 1 in an fp8 cache (``twin.precision``)."""
-    from twin.precision import kv_elem_bytes as of
-
-    return of(m)
 
 
 def state_bytes(m: ModelSpec, kind: str) -> int:

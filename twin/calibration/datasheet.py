@@ -12,17 +12,11 @@ from pathlib import Path
 
 from twin.costmodel.formulas import FORMULAS, KERNELS
 from twin.costmodel.kernel_sources import DATASHEET
+from twin.costmodel.mixer_kernels import _P, _T0
 from twin.costmodel.profile import KernelFit, Profile
 from twin.costmodel.profile_store import PROFILES_DIR
 from twin.errors import TwinError
 from twin.hardware import GPUS, get_gpu
-
-# Smooth-max exponent of the roofline: assumed 4 (within ~19% of a hard max at
-# the ridge point, exact away from it).
-_P = 4.0
-# Launch overhead of one CUDA kernel seen from a stream: assumed 5 us (eager
-# PyTorch launches are a few microseconds each).
-_T0 = 5e-6
 
 DEFAULTS: dict[str, dict[str, float]] = {
     # 0.8 x datasheet: an 8192^3 bf16 matmul ran at 798 of 989 TFLOP/s (0.81) on the

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 import time
 from collections.abc import Iterator
@@ -29,7 +30,6 @@ from rich.text import Text
 
 from twin.errors import TwinError
 from twin.limits import MAX_JOBS, check_json_depth
-from twin.model import ModelSpec
 
 # Tables and bars go to stderr-free stdout; progress goes to stderr so that
 # ``--json`` output stays pipeable.
@@ -71,6 +71,16 @@ def comma_list(flag: str, text: str, example: str = "", sep: str = ",") -> list[
         eg = f", e.g. {example}" if example else ""
         raise TwinError(f"{flag} {text!r}: an empty entry; expected a comma-separated list{eg}")
     return items
+
+
+def command_line(*words: str) -> str:
+    """The command as typed, ``twin`` then ``words`` (the subcommand) and its arguments;
+    click keeps no raw argv, so sys.argv is read when it is ours (under a test runner or
+    another host program it is not, and a generic line is used)."""
+    args = sys.argv[1:]
+    if args[: len(words)] == list(words):
+        return shlex.join(["twin", *args])
+    return f"twin {' '.join(words)} (invoked programmatically)"
 
 
 def parse_pairs(pairs: list[str], flag: str, example: str) -> dict[str, str]:
@@ -281,13 +291,6 @@ KvDtypeOption = Annotated[
         "fp8-KV attention fits where it has them). Recurrent states keep their width.",
     ),
 ]
-
-
-def with_precision(spec: ModelSpec, precision: str | None, kv_dtype: str | None) -> ModelSpec:
-    """``spec`` at ``--precision`` / ``--kv-dtype`` (each checked: one line naming the flag)."""
-    from twin.precision import with_precision as apply
-
-    return apply(spec, precision, kv_dtype)
 
 
 ProfileOption = Annotated[

@@ -22,7 +22,6 @@ from twin.cli.common import (
     comma_list,
     console,
     print_json,
-    with_precision,
 )
 from twin.costmodel.breakdown import KINDS, LABEL, MIXER_LABELS, StepCost
 from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
@@ -31,6 +30,7 @@ from twin.costmodel.provenance import family_label
 from twin.errors import TwinError
 from twin.limits import MAX_BATCH, MAX_LIST_ITEMS, MAX_SEQUENCE_TOKENS
 from twin.model import ModelSpec
+from twin.precision import with_precision
 from twin.presets import resolve_model
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ from twin.cli.common import (
     format_bytes,
     model_file,
     print_json,
-    with_precision,
 )
 from twin.errors import TwinError
 from twin.model import FLOP_KINDS, ModelSpec
+from twin.precision import with_precision
 from twin.presets import PRESETS, override_model, resolve_model
 
 app = typer.Typer(

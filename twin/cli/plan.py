@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import shlex
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from twin.cli.common import (
     ModelSetOption,
     RayAddressOption,
     comma_list,
+    command_line,
     console,
     err_console,
 )
@@ -76,14 +75,6 @@ def _ints(flag: str, text: str) -> list[int]:
         except ValueError:
             raise TwinError(f"{flag}: {t!r} is not a whole number") from None
     return out
-
-
-def _command_line() -> str:
-    """The command as typed (click keeps no raw argv; under a test runner it is not ours)."""
-    args = sys.argv[1:]
-    if args[:1] == ["plan"]:
-        return shlex.join(["twin", *args])
-    return "twin plan (invoked programmatically)"
 
 
 @contextlib.contextmanager
@@ -413,7 +404,7 @@ def plan_cmd(
             seeds=seeds,
             executor=executor,
             ray_address=ray_address,
-            command=_command_line(),
+            command=command_line("plan"),
             progress=advance,
         )
     n = found.counts

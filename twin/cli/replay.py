@@ -21,11 +21,11 @@ from twin.cli.common import (
     policy_options,
     print_json,
     progress_bar,
-    with_precision,
 )
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.policies import POLICIES
+from twin.precision import with_precision
 
 if TYPE_CHECKING:
     from twin.replay import ReplayResult

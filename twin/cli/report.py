@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +23,7 @@ from twin.cli.common import (
     RayAddressOption,
     TpOption,
     comma_list,
+    command_line,
     console,
     err_console,
     progress_bar,
@@ -120,15 +119,6 @@ def _replica_counts(text: str) -> list[int]:
             raise TwinError(f"--replicas: {v:g} is not a whole number")
         counts.append(int(v))
     return counts
-
-
-def _command_line() -> str:
-    """The command as typed; click keeps no raw argv, so read sys.argv when it is ours
-    (under a test runner or another host program it is not, and a generic line is used)."""
-    args = sys.argv[1:]
-    if args[:2] == ["report", "capacity"]:
-        return shlex.join(["twin", *args])
-    return "twin report capacity (invoked programmatically)"
 
 
 @app.command("capacity")
@@ -344,7 +334,7 @@ def capacity(
             Targets(slo=slos, bisect_tol=bisect),
             Execution(jobs=jobs, executor=executor, ray_address=ray_address),
             cdf_cache_gb=cdf_cache_gb,
-            command=_command_line(),
+            command=command_line("report", "capacity"),
         )
         found = capacity_report(request, out, progress=advance)
     err_console.print(

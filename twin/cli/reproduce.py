@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 
 import typer
@@ -14,20 +12,13 @@ from twin.cli.common import (
     ExecutorOption,
     JobsOption,
     RayAddressOption,
+    command_line,
     console,
     err_console,
     progress_bar,
 )
 from twin.errors import TwinError
 from twin.reports.reproduce import PAPERS, get_paper
-
-
-def _command_line(paper: str) -> str:
-    """The command as typed when argv is ours (as ``twin report capacity`` does)."""
-    args = sys.argv[1:]
-    if args[:2] == ["reproduce", paper]:
-        return shlex.join(["twin", *args])
-    return f"twin reproduce {paper} (invoked programmatically)"
 
 
 def reproduce_cmd(
@@ -75,7 +66,7 @@ def reproduce_cmd(
             jobs=jobs,
             executor=executor,
             ray_address=ray_address,
-            command=_command_line(paper),
+            command=command_line("reproduce", paper),
             progress=advance,
         )
     table = Table(title=f"{paper}: the paper's claims in the twin", title_justify="left")

@@ -34,12 +34,12 @@ from twin.cli.common import (
     parse_pairs,
     policy_options,
     progress_bar,
-    with_precision,
 )
 from twin.engine.router import DEFAULT_ROUTER, ROUTERS
 from twin.hardware import GB
 from twin.limits import MAX_SECONDS, MAX_SESSION_RATE
 from twin.policies import POLICIES
+from twin.precision import with_precision
 from twin.presets import DEFAULT_MODEL
 from twin.workloads.examples import DEFAULT_EXAMPLE as EXAMPLE
 

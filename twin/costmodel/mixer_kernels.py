@@ -19,8 +19,12 @@ from twin.costmodel.profile import Profile
 from twin.hardware import GPUS
 from twin.mixers import gdn_chunk_flops_per_head, mamba1_scan_flops_per_channel
 
-_T0 = 5e-6  # one launch, as twin/calibration/datasheet.py assumes
-_P = 4.0  # smooth-max exponent, as twin/calibration/datasheet.py assumes
+# The datasheet profiles' assumptions (``twin.calibration.datasheet``), the mixers' too:
+# the roofline's smooth-max exponent, assumed 4 (within ~19% of a hard max at the ridge
+# point, exact away from it); the launch overhead of one CUDA kernel seen from a stream,
+# assumed 5 us (eager PyTorch launches are a few microseconds each).
+_P = 4.0
+_T0 = 5e-6
 # Tensor to fp32 CUDA-core peak ratio when a device has no fp32 figure: A100 312 / 19.5
 # = 16 (datasheet); assumed for devices we have no sheet for.
 FP32_RATIO = 16.0

@@ -25,14 +25,14 @@ from twin.engine.config import (
     MemoryConfig,
     SchedulerConfig,
 )
-from twin.engine.cost import Chunk, StepPricer
+from twin.engine.cost import Chunk, StepPricer, WrappingPricer
 from twin.engine.run import simulate
 from twin.metrics import RequestRecord
 from twin.model import ModelSpec
 from twin.workloads.reader import Workload
 
 
-class PrefillOnlyPricer:
+class PrefillOnlyPricer(WrappingPricer):
     """Prices steps with prefill chunks as ``inner`` does, without their decodes; decode-only steps
     cost nothing.
 
@@ -40,9 +40,6 @@ class PrefillOnlyPricer:
     simulated server from its admission to its first token only. Checkpoint
     copies are the inner pricer's: the executor copies states as the cache asks.
     """
-
-    def __init__(self, inner: StepPricer) -> None:
-        self.inner = inner
 
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         return self.inner.step_time(prefills, 0, 0) if prefills else 0.0
@@ -52,15 +49,6 @@ class PrefillOnlyPricer:
 
     def decode_affine(self, batch: int) -> tuple[float, float] | None:
         return (0.0, 0.0)
-
-    def checkpoint_copy_time(self) -> float:
-        return self.inner.checkpoint_copy_time()
-
-    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
-        return self.inner.hit_work_time(recompute, host_tokens, host_states)
-
-    def write_back_time(self, tokens: int, states: int) -> float:
-        return self.inner.write_back_time(tokens, states)
 
     def tokens_per_iteration(self) -> float:
         return 1.0  # prefills only: no decode iterations

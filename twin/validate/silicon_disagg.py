@@ -33,8 +33,9 @@ from typing import Any
 
 from twin.engine import RunArgs, typed_settings
 from twin.engine.disagg import check_tp_pair
-from twin.errors import TwinError, where
+from twin.errors import TwinError
 from twin.validate import silicon as sil
+from twin.validate.silicon.rows import int_cell
 
 POOL_FIELDS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size",
                "moe_tp_size", "moe_ep_size")  # fmt: skip
@@ -66,19 +67,6 @@ class DisaggRow:
     decode: Pool
 
 
-def _cell(text: str | None, path: Path, i: int, column: str) -> int | None:
-    text = (text or "").strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise TwinError(f"{where(path, i, column)}: expected an integer (got {text!r})") from None
-    if not value.is_integer():
-        raise TwinError(f"{where(path, i, column)}: expected an integer (got {text!r})")
-    return int(value)
-
-
 def read_disagg_rows(path: str | Path | None = None) -> list[DisaggRow]:
     """The CSV's disaggregated rows with their pools (:func:`silicon.read_rows` reads the
     common columns; the pools' columns are read here, one error naming the cell)."""
@@ -95,8 +83,8 @@ def read_disagg_rows(path: str | Path | None = None) -> list[DisaggRow]:
             if row is None:
                 continue
             pools = [
-                Pool(*(_cell(raw.get(f"{side}_{f}"), p, i, f"{side}_{f}") for f in POOL_FIELDS))
-                for side in ("prefill", "decode")
+                Pool(*(int_cell(raw.get(f"{s}_{f}") or "", p, i, f"{s}_{f}") for f in POOL_FIELDS))
+                for s in ("prefill", "decode")
             ]
             out.append(DisaggRow(row, *pools))
     return out

@@ -27,7 +27,6 @@ Two choices the schema leaves open:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -35,12 +34,9 @@ import pyarrow.compute as pc
 
 from twin.atomic import atomic_path
 from twin.errors import TwinError
+from twin.workloads.importers.base import ProgressFn, _no_progress
 from twin.workloads.reader import Workload
 from twin.workloads.schema import TOKEN_ID_MAX
-
-
-def _no_progress(n: int) -> None:
-    """Default progress callback: ignore."""
 
 
 def _max_stored_id(workload: Workload) -> int:
@@ -63,7 +59,7 @@ def _max_stored_id(workload: Workload) -> int:
 def export_marconi(
     workload: Workload,
     out: Path,
-    on_progress: Callable[[int], None] = _no_progress,
+    on_progress: ProgressFn = _no_progress,
 ) -> int:
     """Write ``workload`` as a Marconi trace JSONL at ``out`` (atomically); return rows written.
 

@@ -69,27 +69,25 @@ class Request:
         return len(self.output)
 
 
-def _is_int(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t)
-
-
 def _is_int_list(t: pa.DataType) -> bool:
-    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_int(t.value_type)
+    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
+
+
+def _is_float(t: pa.DataType) -> bool:
+    """A float64 column as read: floats, integers, or nulls (a column of no value)."""
+    return pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_null(t)
 
 
 # Accepted physical types per column, and the type named in errors.
 _TYPE_RULES: dict[str, tuple[Any, str]] = {
-    "session_id": (_is_int, "int64"),
-    "turn": (_is_int, "int32"),
-    "arrival_s": (
-        lambda t: pa.types.is_floating(t) or _is_int(t) or pa.types.is_null(t),
-        "float64",
-    ),
-    "think_s": (lambda t: pa.types.is_floating(t) or _is_int(t) or pa.types.is_null(t), "float64"),
+    "session_id": (pa.types.is_integer, "int64"),
+    "turn": (pa.types.is_integer, "int32"),
+    "arrival_s": (_is_float, "float64"),
+    "think_s": (_is_float, "float64"),
     "input_tokens": (_is_int_list, "list<int32>"),
     "extends_history": (pa.types.is_boolean, "bool"),
     "output_tokens": (lambda t: _is_int_list(t) or pa.types.is_null(t), "list<int32>"),
-    "output_len": (_is_int, "int32"),
+    "output_len": (pa.types.is_integer, "int32"),
 }
 
 
@@ -321,7 +319,7 @@ def _check_schema(path: Path, schema: pa.Schema) -> None:
             raise TwinError(f"{where(path, column=name)}: type {actual}, expected {expected}")
     if ACCEPTANCE_COLUMN in schema.names:
         actual = schema.field(ACCEPTANCE_COLUMN).type
-        if not (pa.types.is_floating(actual) or _is_int(actual) or pa.types.is_null(actual)):
+        if not _is_float(actual):
             raise TwinError(
                 f"{where(path, column=ACCEPTANCE_COLUMN)}: type {actual}, expected float64"
             )

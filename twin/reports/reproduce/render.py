@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from twin.atomic import OutputSet
-from twin.reports.render import CSS, _html_facts, _html_table, _md_table
+from twin.reports.render import CSS, HTML_FILE, MD_FILE, _html_facts, _html_table, _md_table
 from twin.reports.reproduce.base import MAGNITUDE_FACTOR, VERDICTS, Claim
 
-HTML_FILE = "report.html"
-MD_FILE = "report.md"
 JSON_FILE = "claims.json"
 CLAIMS_HEAD = ["#", "claim", "where", "paper", "twin", "reproduces?"]
 VERDICT_RULE = (

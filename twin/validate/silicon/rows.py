@@ -203,7 +203,8 @@ def _number(text: str, path: Path, row: int, column: str, what: str) -> float | 
         raise TwinError(f"{where(path, row, column)}: expected {what} (got {text!r})") from None
 
 
-def _int(text: str, path: Path, row: int, column: str) -> int | None:
+def int_cell(text: str, path: Path, row: int, column: str) -> int | None:
+    """A cell as a whole number (None when empty); one error naming file, row and column."""
     value = _number(text, path, row, column, "an integer")
     if value is None:
         return None
@@ -320,7 +321,7 @@ def _parse(raw: dict[str, str | None], path: Path, i: int) -> SiliconRow:
     text = {c: (raw.get(c) or "").strip() for c in COLUMNS}
 
     def n(column: str) -> int | None:
-        return _int(text[column], path, i, column)
+        return int_cell(text[column], path, i, column)
 
     found = _CONCURRENCY.search(text["silicon_data_source"])
     return SiliconRow(
