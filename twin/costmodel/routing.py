@@ -212,7 +212,7 @@ class Zipf(Routing):
         if self.realised and ep > 1 and n_experts > 1:
             if tokens <= 0:
                 return RankLoad(0.0, 0.0)
-            return _zipf_realised_load(float(tokens), n_experts, top_k, ep, self.s)
+            return RankLoad(*_zipf_realised_load(float(tokens), n_experts, top_k, ep, self.s))
         # one rank (every expert on it) or the expected-share rank
         if self.s == 0.0 or n_experts <= 1:
             return UNIFORM.rank_load(tokens, n_experts, top_k, ep)
@@ -250,22 +250,25 @@ def _zipf_busiest(n_experts: int, ep: int, s: float) -> np.ndarray:
 ZIPF_STEPS = 64
 
 
-def _zipf_realised_load(tokens: float, n_experts: int, top_k: int, ep: int, s: float) -> RankLoad:
-    """The realised busiest rank's expected load at ``tokens``: the grid's draws
-    (``GRID_STEPS`` a doubling, as the power law's), interpolated in log tokens; below 1
-    token the 1-token load scaled down."""
+@functools.lru_cache(maxsize=65536)
+def _zipf_realised_load(
+    tokens: float, n_experts: int, top_k: int, ep: int, s: float
+) -> tuple[float, float]:
+    """The realised busiest rank's expected (rows, distinct experts) at ``tokens``: the
+    grid's draws (``GRID_STEPS`` a doubling, as the power law's), interpolated in log
+    tokens; below 1 token the 1-token load scaled down (cached per every input)."""
     if tokens < 1.0:
         one = _zipf_realised_rank(1, n_experts, top_k, ep, s)
-        return RankLoad(one[0] * tokens, one[1] * tokens)
+        return one[0] * tokens, one[1] * tokens
     x = math.log2(tokens) * GRID_STEPS
     j = math.floor(x)
     lo, hi = round(2.0 ** (j / GRID_STEPS)), round(2.0 ** ((j + 1) / GRID_STEPS))
     a = _zipf_realised_rank(lo, n_experts, top_k, ep, s)
     if hi == lo or tokens <= lo:
-        return RankLoad(*a)
+        return a
     b = _zipf_realised_rank(hi, n_experts, top_k, ep, s)
     w = (math.log(tokens) - math.log(lo)) / (math.log(hi) - math.log(lo))
-    return RankLoad(a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1]))
+    return a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1])
 
 
 @functools.lru_cache(maxsize=65536)
