@@ -90,10 +90,13 @@ def test_every_model_is_priced_at_the_served_zipf_popularity() -> None:
 
     m = get_model("gpt-oss-120b")
     rule = rt.routing_for(m)
-    assert rule is ROUTINGS[rt.SERVED] and rule == Zipf(0.5)
+    assert rule is ROUTINGS[rt.SERVED] and rule == Zipf(0.6, realised=True)
     # a decode-sized step reaches fewer experts than independent uniform draws
     load = rule.rank_load(32, m.moe_n_experts, m.moe_top_k, 1)
     assert load.active < ROUTINGS["uniform"].rank_load(32, m.moe_n_experts, m.moe_top_k, 1).active
+    # under EP the step's busiest rank: more rows than uniform's mean rank at small steps
+    ep4 = rule.rank_load(4, m.moe_n_experts, m.moe_top_k, 4)
+    assert ep4.rows > 1.2 * ROUTINGS["uniform"].rank_load(4, m.moe_n_experts, m.moe_top_k, 4).rows
 
 
 def test_zipf_under_ep_tends_to_uniform_as_the_skew_vanishes() -> None:

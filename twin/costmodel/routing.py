@@ -329,15 +329,17 @@ ROUTINGS: dict[str, Routing] = {
     "power_law_1.2": PowerLaw(1.2),
     "zipf_0.5": Zipf(0.5),
     "zipf_max_0.5": Zipf(0.5, realised=True),
+    "zipf_max_0.6": Zipf(0.6, realised=True),
 }
 
-# The rule that prices every model's experts: a Zipf popularity of exponent 0.5. The
-# exponent is a fitted parameter, not a source's: the least TPOT MAPE of s in 0-1 on the
-# direct decode price of the 1,659 measured MoE fit rows of silicon-all-s43 (0.5 and 0.6
-# tie at 7.81%, 0.5 the smaller skew; benchmarks/results/route44-s44/grid-fit.out.txt),
-# confirmed by the scorer on every 3rd of them (docs/decisions.md, issue 31: a skewed
-# expert popularity, helper route44, session 44).
-SERVED = "zipf_0.5"
+# The rule that prices every model's experts: a Zipf popularity of exponent 0.6, under EP
+# the step's realised busiest rank. The exponent is a fitted parameter, not a source's:
+# the least TPOT MAPE of s in 0 / 0.3 / 0.4 / 0.5 / 0.6 / 0.7 on the direct decode price of
+# the 1,659 measured MoE fit rows of silicon-all-s43 (7.61%; zipf_0.5, the expected-share
+# rank, 7.81; benchmarks/results/busy45-s45/grid-fit.out.txt), confirmed by the scorer on
+# every 3rd of them (docs/decisions.md, issue 31: the realised busiest EP rank, helper
+# busy45, session 45; before it ``zipf_0.5``, helper route44, session 44).
+SERVED = "zipf_max_0.6"
 
 
 def routing_for(model: ModelSpec) -> Routing:
