@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import pytest
 
 from twin.costmodel import routing as rt
@@ -87,10 +90,13 @@ def test_every_model_is_priced_at_the_served_zipf_popularity() -> None:
 
     m = get_model("gpt-oss-120b")
     rule = rt.routing_for(m)
-    assert rule is ROUTINGS[rt.SERVED] and rule == Zipf(0.5)
+    assert rule is ROUTINGS[rt.SERVED] and rule == Zipf(0.6, realised=True)
     # a decode-sized step reaches fewer experts than independent uniform draws
     load = rule.rank_load(32, m.moe_n_experts, m.moe_top_k, 1)
     assert load.active < ROUTINGS["uniform"].rank_load(32, m.moe_n_experts, m.moe_top_k, 1).active
+    # under EP the step's busiest rank: more rows than uniform's mean rank at small steps
+    ep4 = rule.rank_load(4, m.moe_n_experts, m.moe_top_k, 4)
+    assert ep4.rows > 1.2 * ROUTINGS["uniform"].rank_load(4, m.moe_n_experts, m.moe_top_k, 4).rows
 
 
 def test_zipf_under_ep_tends_to_uniform_as_the_skew_vanishes() -> None:
@@ -106,3 +112,79 @@ def test_zipf_under_ep_tends_to_uniform_as_the_skew_vanishes() -> None:
     want = sum(sum(1 - (1 - x) ** (32 * 8) for x in row) for row in p) / len(p)
     assert z.rank_load(32, 256, 8, 8).active == pytest.approx(want, rel=1e-9)
     assert z.rank_load(32, 256, 8, 8).rows == pytest.approx(32 * 8 * p.sum(axis=1).mean())
+
+
+# The realised busiest rank (``zipf_max_<s>``, docs/decisions.md, issue 31, helper busy45).
+
+SHAPES = [(128, 4, 4), (256, 8, 8), (384, 8, 8), (512, 10, 8), (256, 8, 4)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_realised_busiest_rank_holds_more_than_the_expected_share_at_small_steps(
+    shape: tuple[int, int, int],
+) -> None:
+    e, k, ep = shape
+    for t, more in ((1, 1.4), (4, 1.15), (16, 1.05)):
+        real, expect = Zipf(0.5, True).rank_load(t, e, k, ep), Zipf(0.5).rank_load(t, e, k, ep)
+        assert real.rows > more * expect.rows  # the layer waits for this step's busiest rank
+        assert real.active > expect.active  # whose more rows reach more of its experts
+        assert real.active <= min(real.rows, e // ep)
+    # a large step: the busiest rank is the one with the largest share, as the expected rule
+    for t in (4096, 16384):
+        real, expect = Zipf(0.5, True).rank_load(t, e, k, ep), Zipf(0.5).rank_load(t, e, k, ep)
+        assert real.rows == pytest.approx(expect.rows, rel=0.01)
+        assert real.rows >= expect.rows  # the same placements: E[max] >= max E
+        assert real.active == pytest.approx(expect.active, rel=0.001)
+
+
+def _brute_force(t: int, e: int, k: int, ep: int, s: float, steps: int) -> tuple[float, float]:
+    """Every expert's count drawn, the step's busiest rank's rows and reached experts."""
+    rng = np.random.default_rng(12345)
+    placed = rt._zipf_placed(e, ep, s)
+    rows, active = [], []
+    for pl in placed:
+        counts = rng.multinomial(t * k, pl.ravel(), size=steps).reshape(steps, ep, e // ep)
+        top = counts.sum(axis=2).argmax(axis=1)
+        busiest = counts[np.arange(steps), top]
+        rows.append(busiest.sum(axis=1).mean())
+        active.append((busiest > 0).sum(axis=1).mean())
+    return float(np.mean(rows)), float(np.mean(active))
+
+
+@pytest.mark.parametrize("t", [1, 4, 16, 64])
+def test_realised_busiest_rank_matches_drawing_every_expert(t: int) -> None:
+    # the rule draws rank totals and prices the busiest rank's reach in closed form;
+    # drawing every expert's count and counting the busiest rank's reached experts agrees
+    rows, active = _brute_force(t, 256, 8, 8, 0.5, 200)
+    load = Zipf(0.5, True).rank_load(t, 256, 8, 8)
+    assert load.rows == pytest.approx(rows, rel=0.03)
+    assert load.active == pytest.approx(active, rel=0.03)
+
+
+@pytest.mark.parametrize("s", [0.0, 0.3, 0.5, 0.7])
+def test_realised_rule_at_one_rank_is_the_expected_rule(s: float) -> None:
+    # EP 1: every expert on the one rank, nothing to take the max over
+    for t, e, k in ((1, 128, 4), (32, 256, 8), (300, 384, 8), (8192, 512, 10)):
+        assert Zipf(s, True).rank_load(t, e, k, 1) == Zipf(s).rank_load(t, e, k, 1)
+    if s == 0.0:  # and at s 0, uniform to the bit
+        uni = ROUTINGS["uniform"].rank_load(32, 256, 8, 1)
+        assert Zipf(s, True).rank_load(32, 256, 8, 1) == uni
+
+
+def test_realised_rule_at_zero_skew_is_the_busiest_of_uniform_ranks() -> None:
+    # s 0 under EP: no longer uniform's mean rank (the decision: the max is priced at every s)
+    real = Zipf(0.0, True).rank_load(1, 256, 8, 8)
+    mean = ROUTINGS["uniform"].rank_load(1, 256, 8, 8)
+    assert mean.rows == 1.0 and real.rows > 2.0  # 8 draws over 8 ranks: the busiest holds ~2.6
+
+
+def test_realised_rule_is_the_same_for_the_same_inputs_and_smooth_in_tokens() -> None:
+    z = Zipf(0.5, True)
+    a = [z.rank_load(t, 384, 8, 8) for t in (3, 50, 700)]
+    rt._zipf_realised_load.cache_clear()
+    rt._zipf_realised_rank.cache_clear()
+    rt._zipf_placed.cache_clear()
+    assert [z.rank_load(t, 384, 8, 8) for t in (700, 50, 3)] == a[::-1]
+    loads = [z.rank_load(t / 2, 256, 8, 8) for t in range(2, 600)]
+    assert all(b.rows >= a.rows and b.active >= a.active for a, b in itertools.pairwise(loads))
+    assert z.rank_load(0, 256, 8, 8) == rt.RankLoad(0.0, 0.0)

@@ -26,10 +26,10 @@ Per layer kind:
   profile's fused-MoE fit of the experts' format where it has one (``moe``,
   ``moe_fp8``, ...: NVIDIA's ``moe_perf`` tables, activation and combine inside),
   else one grouped GEMM each way, activation, weighted combine; the shared expert as
-  dense GEMMs; with expert parallelism (``ep``) the rows and experts of the rank with
-  the largest share (the routing rule's), no all-to-all (attention is tensor-parallel,
-  so every rank holds every token and the layer's all-reduce combines; an all-to-all
-  comes with attention-DP, not yet);
+  dense GEMMs; with expert parallelism (``ep``) the rows and experts of the rank the
+  routing rule names (the served rule's: the step's busiest), no all-to-all (attention
+  is tensor-parallel, so every rank holds every token and the layer's all-reduce
+  combines; an all-to-all comes with attention-DP, not yet);
 - head: embedding gather, final RMSNorm, LM head GEMM for one row per sequence
   (a prefill chunk is charged its logits row as if it ended its prompt).
 

@@ -48,6 +48,19 @@ ranks, the rows and the distinct experts of that rank (``RankLoad``).
   rank with the largest expected share stands for the step's busiest rank, as
   ``uniform``'s mean rank does (at EP 4-8 a step's realised busiest rank holds 1.6-2.1x
   the rows at 1 token, 8-18% more at 16, 1-4% more at 64).
+- ``zipf_max_<s>``: the same draws and placements, but under EP the rank that is busiest
+  IN THE STEP, which the layer waits for: the expected rows of the rank with the most
+  rows, and that rank's expected distinct experts. The draws put a multinomial count on
+  each EP rank (its share of the popularity); the rule draws those counts,
+  ``ZIPF_STEPS`` seeded steps per placement (common draws at every token count, so the
+  price is smooth in tokens), takes each step's busiest rank, and prices its reach in
+  closed form from its own rows (given a rank's rows, its draws are independent picks of
+  its own experts); tabulated per token count as the power law's grid, interpolated in
+  log tokens. At EP 1 it is ``zipf_<s>`` to the bit (one rank, nothing to take the
+  maximum of); at s 0 under EP it is the busiest of uniform ranks, not ``uniform``'s
+  mean rank. Draws stay with replacement (docs/decisions.md, issue 31, helper busy45:
+  against review44b's top-k-without-replacement Monte-Carlo it reaches 2-4% fewer
+  experts at 1-16 tokens, its rows within 1-2%).
 
 Which rule prices a model: ``routing_for`` (``SERVED``).
 """
@@ -189,11 +202,18 @@ ZIPF_PLACEMENTS = 64
 @dataclass(frozen=True)
 class Zipf(Routing):
     """Independent draws of a Zipf popularity of exponent ``s``; under EP the rank with the
-    largest share of it (``zipf_<s>`` in the module's docstring)."""
+    largest expected share of it (``zipf_<s>`` in the module's docstring) or, ``realised``,
+    the step's busiest rank (``zipf_max_<s>``)."""
 
     s: float
+    realised: bool = False
 
     def rank_load(self, tokens: float, n_experts: int, top_k: int, ep: int) -> RankLoad:
+        if self.realised and ep > 1 and n_experts > 1:
+            if tokens <= 0:
+                return RankLoad(0.0, 0.0)
+            return RankLoad(*_zipf_realised_load(float(tokens), n_experts, top_k, ep, self.s))
+        # one rank (every expert on it) or the expected-share rank
         if self.s == 0.0 or n_experts <= 1:
             return UNIFORM.rank_load(tokens, n_experts, top_k, ep)
         return RankLoad(*_zipf_load(tokens, n_experts, top_k, ep, self.s))
@@ -215,18 +235,89 @@ def _zipf_load(tokens: float, n_experts: int, top_k: int, ep: int, s: float) -> 
 def _zipf_busiest(n_experts: int, ep: int, s: float) -> np.ndarray:
     """The popularity of each expert of the rank with the largest share, per placement of
     the popularity ranks over the EP ranks (seeded by the arguments; one placement at EP 1)."""
-    p = np.arange(1, n_experts + 1, dtype=np.float64) ** -s
-    p /= p.sum()
     if ep <= 1:
-        return p[None, :]
-    seed = (n_experts * 10_007 + ep * 101 + round(s * 1000)) % (2**32)
-    rng = np.random.default_rng(seed)
-    placed = np.stack([p[rng.permutation(n_experts)] for _ in range(ZIPF_PLACEMENTS)])
-    per_rank = placed.reshape(ZIPF_PLACEMENTS, ep, n_experts // ep)
+        return _zipf_popularity(n_experts, s)[None, :]
+    per_rank = _zipf_placed(n_experts, ep, s)
     top = np.argmax(per_rank.sum(axis=2), axis=1)
     busiest = per_rank[np.arange(ZIPF_PLACEMENTS), top]
     busiest.setflags(write=False)
     return busiest
+
+
+# Steps drawn per placement for the realised busiest rank (``zipf_max_<s>``): with
+# ``ZIPF_PLACEMENTS`` placements, 4,096 steps a grid point; the mean busiest rank's rows
+# then move by under 1% between seeds at 1-4 tokens (docs/decisions.md, issue 31, busy45).
+ZIPF_STEPS = 64
+
+
+@functools.lru_cache(maxsize=65536)
+def _zipf_realised_load(
+    tokens: float, n_experts: int, top_k: int, ep: int, s: float
+) -> tuple[float, float]:
+    """The realised busiest rank's expected (rows, distinct experts) at ``tokens``: the
+    grid's draws (``GRID_STEPS`` a doubling, as the power law's), interpolated in log
+    tokens; below 1 token the 1-token load scaled down (cached per every input)."""
+    if tokens < 1.0:
+        one = _zipf_realised_rank(1, n_experts, top_k, ep, s)
+        return one[0] * tokens, one[1] * tokens
+    x = math.log2(tokens) * GRID_STEPS
+    j = math.floor(x)
+    lo, hi = round(2.0 ** (j / GRID_STEPS)), round(2.0 ** ((j + 1) / GRID_STEPS))
+    a = _zipf_realised_rank(lo, n_experts, top_k, ep, s)
+    if hi == lo or tokens <= lo:
+        return a
+    b = _zipf_realised_rank(hi, n_experts, top_k, ep, s)
+    w = (math.log(tokens) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1])
+
+
+@functools.lru_cache(maxsize=65536)
+def _zipf_realised_rank(
+    tokens: int, n_experts: int, top_k: int, ep: int, s: float
+) -> tuple[float, float]:
+    """(rows, distinct experts) of the rank with the most rows in the step, the mean over
+    ``ZIPF_PLACEMENTS`` seeded placements x ``ZIPF_STEPS`` seeded steps. A step's
+    ``tokens x top_k`` independent draws put a multinomial count on each EP rank (its
+    share of the popularity); the busiest rank is the one with the most (ties: the first;
+    the placements are random, so which rank comes first is); given its ``m`` rows, its
+    draws are ``m`` independent picks of its own experts (the multinomial split by rank),
+    so its expected distinct experts are ``sum(1 - (1 - q_e)^m)`` over its experts, ``q``
+    its popularity renormalised: exact for the sampled rows. The seed is the same at every
+    token count (common draws), so the grid is smooth in tokens."""
+    per_rank = _zipf_placed(n_experts, ep, s)  # (placements, ep, n / ep)
+    seed = (n_experts * 10_007 + ep * 101 + top_k * 7 + round(s * 1000) + 1) % (2**32)
+    rng = np.random.default_rng(seed)
+    share = per_rank.sum(axis=2)  # (placements, ep)
+    share /= share.sum(axis=1, keepdims=True)
+    counts = rng.multinomial(tokens * top_k, share, size=(ZIPF_STEPS, ZIPF_PLACEMENTS))
+    top = np.argmax(counts, axis=2)  # (steps, placements)
+    rows = np.take_along_axis(counts, top[..., None], axis=2)[..., 0].astype(np.float64)
+    q = per_rank / per_rank.sum(axis=2, keepdims=True)
+    log_miss = np.log1p(-np.minimum(q, 1.0 - 1e-300))  # (placements, ep, local)
+    own = log_miss[np.arange(ZIPF_PLACEMENTS)[None, :], top]  # (steps, placements, local)
+    active = -np.expm1(rows[..., None] * own).sum(axis=2)
+    return float(rows.mean()), float(active.mean())
+
+
+def _zipf_popularity(n_experts: int, s: float) -> np.ndarray:
+    """Each expert's share of the draws, by popularity rank: ``r^-s`` normalised."""
+    p = np.arange(1, n_experts + 1, dtype=np.float64) ** -s
+    p /= p.sum()
+    return p
+
+
+@functools.lru_cache(maxsize=256)
+def _zipf_placed(n_experts: int, ep: int, s: float) -> np.ndarray:
+    """The popularity of each expert of each EP rank, ``(ZIPF_PLACEMENTS, ep, n / ep)``, per
+    seeded placement of the popularity ranks over the EP ranks (seeded by the arguments:
+    the expected-share and the realised rules read the same placements)."""
+    p = _zipf_popularity(n_experts, s)
+    seed = (n_experts * 10_007 + ep * 101 + round(s * 1000)) % (2**32)
+    rng = np.random.default_rng(seed)
+    placed = np.stack([p[rng.permutation(n_experts)] for _ in range(ZIPF_PLACEMENTS)])
+    per_rank = placed.reshape(ZIPF_PLACEMENTS, ep, n_experts // ep)
+    per_rank.setflags(write=False)
+    return per_rank
 
 
 UNIFORM = Uniform()
@@ -237,15 +328,18 @@ ROUTINGS: dict[str, Routing] = {
     "power_law_1.01": PowerLaw(1.01),
     "power_law_1.2": PowerLaw(1.2),
     "zipf_0.5": Zipf(0.5),
+    "zipf_max_0.5": Zipf(0.5, realised=True),
+    "zipf_max_0.6": Zipf(0.6, realised=True),
 }
 
-# The rule that prices every model's experts: a Zipf popularity of exponent 0.5. The
-# exponent is a fitted parameter, not a source's: the least TPOT MAPE of s in 0-1 on the
-# direct decode price of the 1,659 measured MoE fit rows of silicon-all-s43 (0.5 and 0.6
-# tie at 7.81%, 0.5 the smaller skew; benchmarks/results/route44-s44/grid-fit.out.txt),
-# confirmed by the scorer on every 3rd of them (docs/decisions.md, issue 31: a skewed
-# expert popularity, helper route44, session 44).
-SERVED = "zipf_0.5"
+# The rule that prices every model's experts: a Zipf popularity of exponent 0.6, under EP
+# the step's realised busiest rank. The exponent is a fitted parameter, not a source's:
+# the least TPOT MAPE of s in 0 / 0.3 / 0.4 / 0.5 / 0.6 / 0.7 on the direct decode price of
+# the 1,659 measured MoE fit rows of silicon-all-s43 (7.61%; zipf_0.5, the expected-share
+# rank, 7.81; benchmarks/results/busy45-s45/grid-fit.out.txt), confirmed by the scorer on
+# every 3rd of them (docs/decisions.md, issue 31: the realised busiest EP rank, helper
+# busy45, session 45; before it ``zipf_0.5``, helper route44, session 44).
+SERVED = "zipf_max_0.6"
 
 
 def routing_for(model: ModelSpec) -> Routing:
