@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 from test_engine_helpers import ConstantPricer, run, write_rows
 
+from twin.costmodel.profile_store import resolve_profile
+from twin.engine import engine_times
 from twin.engine.config import EngineConfig
+from twin.engine.config_build import build_config
+from twin.engine.engine_times import engine_time_defaults
 from twin.errors import TwinError
 from twin.workloads.schema import WorkloadRow
 
@@ -61,3 +65,53 @@ def test_the_rate_is_a_config_field_left_out_of_summaries_at_its_default():
         EngineConfig.of(frontend_token_s=1e-6, frontend_batch=32)
     assert EngineConfig.of(frontend_token_s=1e-6, frontend_batch=1).host_time.frontend_batch == 1
     assert EngineConfig.of(frontend_s=0.03, frontend_batch=32).host_time.frontend_token_s == 0
+
+
+B200_TRTLLM_RATE = 4e-6  # engine_times.json trtllm/b200 (docs/decisions.md, trtfe45)
+
+
+def test_b200_tensorrt_llm_gets_its_fitted_rate_as_a_latency_and_no_other_pair_does():
+    """engine_times.json ships B200 TensorRT-LLM's time per prompt token as a latency
+    (``frontend_batch`` 0, read as a whole number); every other (engine, GPU) keeps none."""
+    b200 = engine_time_defaults("trtllm", "b200")
+    assert b200 == {"frontend_token_s": B200_TRTLLM_RATE, "frontend_batch": 0}
+    assert type(b200["frontend_batch"]) is int
+    for engine, gpu in [
+        ("trtllm", "h100"),
+        ("trtllm", "h200"),
+        ("trtllm", "b300"),
+        ("vllm", "b200"),
+        ("sglang", "b200"),
+        ("trtllm", "gb200"),
+    ]:
+        other = engine_time_defaults(engine, gpu)
+        assert "frontend_token_s" not in other and "frontend_batch" not in other
+    host = build_config(resolve_profile("b200", None, "trtllm"), engine="trtllm").host_time
+    assert (host.frontend_token_s, host.frontend_batch, host.frontend_s) == (
+        B200_TRTLLM_RATE,
+        0,
+        0.0,
+    )
+    given = build_config(
+        resolve_profile("b200", None, "trtllm"),
+        engine="trtllm",
+        frontend_token_s=0.0,
+        frontend_batch=1,
+    ).host_time
+    assert (given.frontend_token_s, given.frontend_batch) == (0.0, 1)  # what is given wins
+    h100 = build_config(resolve_profile("h100", None, "trtllm"), engine="trtllm").host_time
+    assert (h100.frontend_token_s, h100.frontend_batch, h100.frontend_s) == (0.0, 1, 0.02)
+
+
+def test_a_front_end_batch_in_the_data_file_is_read_as_a_whole_number(monkeypatch):
+    def table(entry):
+        monkeypatch.setattr(engine_times, "_table", lambda: {"trtllm": {"b200": entry}})
+        return engine_time_defaults("trtllm", "b200")
+
+    read = table({"frontend_batch": 0.0, "frontend_token_s": 3})
+    assert read == {"frontend_batch": 0, "frontend_token_s": 3.0}
+    assert type(read["frontend_batch"]) is int and type(read["frontend_token_s"]) is float
+    assert type(table({"frontend_batch": 1})["frontend_batch"]) is int
+    for bad in (0.5, True, "0"):
+        with pytest.raises(ValueError, match=r"frontend_batch .* is not a whole number"):
+            table({"frontend_batch": bad})

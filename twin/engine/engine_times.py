@@ -2,9 +2,11 @@
 
 ``twin/calibration/engine_times.json`` holds, per engine mode and GPU, times the kernel tables
 cannot give: the host time of an engine step (``step_host_s``, ``seq_host_s``:
-:mod:`twin.engine.host_time`), the serving front end's time per request (``frontend_s``:
-:class:`twin.engine.cluster.Cluster`) and the response path's per streamed output token
-(``stream_token_s``: :class:`twin.engine.batching.ContinuousBatching`). Each entry says how
+:mod:`twin.engine.host_time`), the serving front end's time per request (``frontend_s``)
+and per prompt token (``frontend_token_s``), served one at a time or as a latency
+(``frontend_batch``, a whole number: :class:`twin.engine.cluster.Cluster`), and the
+response path's per streamed output token (``stream_token_s``:
+:class:`twin.engine.batching.ContinuousBatching`). Each entry says how
 it was fitted (which rows of NVIDIA's ``silicon_sample.csv``, the fit split only, when,
 and with which version of the twin's engine rules). :func:`engine_time_defaults` gives an
 engine mode's numbers on a GPU as :class:`~twin.engine.config.EngineConfig` fields, which
@@ -21,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 FILE = "engine_times.json"
-FIELDS = ("step_host_s", "seq_host_s", "frontend_s", "stream_token_s")
+FIELDS = ("step_host_s", "seq_host_s", "frontend_s", "frontend_token_s", "stream_token_s")
+COUNTS = ("frontend_batch",)  # whole numbers (HostTimeConfig refuses a float batch)
 
 
 def data_path() -> Path:
@@ -38,7 +41,16 @@ def _table() -> dict[str, Any]:
     return dict(data.get("engines") or {})
 
 
-def engine_time_defaults(engine: str, gpu: str) -> dict[str, float]:
+def engine_time_defaults(engine: str, gpu: str) -> dict[str, float | int]:
     """The fitted engine times of ``engine`` on ``gpu`` (EngineConfig fields); {} if none."""
     entry = (_table().get(engine) or {}).get(gpu) or {}
-    return {name: float(entry[name]) for name in FIELDS if name in entry}
+    out: dict[str, float | int] = {name: float(entry[name]) for name in FIELDS if name in entry}
+    out.update({name: _count(entry[name], name) for name in COUNTS if name in entry})
+    return out
+
+
+def _count(value: Any, name: str) -> int:
+    """``value`` as a whole number: an integer, or a float with no fraction (JSON's 0.0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ValueError(f"{FILE}: {name} {value!r} is not a whole number")
+    return int(value)
