@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -188,3 +189,15 @@ def test_realised_rule_is_the_same_for_the_same_inputs_and_smooth_in_tokens() ->
     loads = [z.rank_load(t / 2, 256, 8, 8) for t in range(2, 600)]
     assert all(b.rows >= a.rows and b.active >= a.active for a, b in itertools.pairwise(loads))
     assert z.rank_load(0, 256, 8, 8) == rt.RankLoad(0.0, 0.0)
+
+
+def test_realised_rule_with_one_expert_a_rank_reaches_it_without_a_warning() -> None:
+    # EP = experts (Mixtral's 8 at EP 8): a rank's one expert has q 1, log(1 - q) -inf, and
+    # the busiest rank's rows (at least 1) reach it for certain; numpy must not warn
+    rt._zipf_realised_load.cache_clear()
+    rt._zipf_realised_rank.cache_clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for t in (1, 4, 64):
+            load = Zipf(0.6, True).rank_load(t, 8, 2, 8)
+            assert load.active == 1.0 and load.rows >= t * 2 / 8

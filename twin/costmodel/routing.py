@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -141,15 +142,22 @@ GRID_STEPS = 8
 
 def _power_law_load(tokens: float, n_experts: int, top_k: int, ep: int, alpha: float) -> RankLoad:
     """The most loaded rank's expected load at ``tokens``, from the grid's draws."""
+    return RankLoad(*_on_grid(tokens, lambda t: _power_law_rank(t, n_experts, top_k, ep, alpha)))
+
+
+def _on_grid(tokens: float, at: Callable[[int], tuple[float, float]]) -> tuple[float, float]:
+    """``at``'s (rows, distinct experts) at ``tokens``: ``at`` drawn at the grid's two token
+    counts around it (``GRID_STEPS`` a doubling, from 1), interpolated in log tokens; below
+    1 token, the 1-token draw."""
     x = math.log2(max(tokens, 1.0)) * GRID_STEPS
     j = math.floor(x)
     lo, hi = round(2.0 ** (j / GRID_STEPS)), round(2.0 ** ((j + 1) / GRID_STEPS))
-    a = _power_law_rank(lo, n_experts, top_k, ep, alpha)
+    a = at(lo)
     if hi == lo or tokens <= lo:
-        return RankLoad(*a)
-    b = _power_law_rank(hi, n_experts, top_k, ep, alpha)
+        return a
+    b = at(hi)
     w = (math.log(tokens) - math.log(lo)) / (math.log(hi) - math.log(lo))
-    return RankLoad(a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1]))
+    return a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1])
 
 
 def _bounded_power_law(
@@ -260,15 +268,7 @@ def _zipf_realised_load(
     if tokens < 1.0:
         one = _zipf_realised_rank(1, n_experts, top_k, ep, s)
         return one[0] * tokens, one[1] * tokens
-    x = math.log2(tokens) * GRID_STEPS
-    j = math.floor(x)
-    lo, hi = round(2.0 ** (j / GRID_STEPS)), round(2.0 ** ((j + 1) / GRID_STEPS))
-    a = _zipf_realised_rank(lo, n_experts, top_k, ep, s)
-    if hi == lo or tokens <= lo:
-        return a
-    b = _zipf_realised_rank(hi, n_experts, top_k, ep, s)
-    w = (math.log(tokens) - math.log(lo)) / (math.log(hi) - math.log(lo))
-    return a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1])
+    return _on_grid(tokens, lambda t: _zipf_realised_rank(t, n_experts, top_k, ep, s))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -293,7 +293,11 @@ def _zipf_realised_rank(
     top = np.argmax(counts, axis=2)  # (steps, placements)
     rows = np.take_along_axis(counts, top[..., None], axis=2)[..., 0].astype(np.float64)
     q = per_rank / per_rank.sum(axis=2, keepdims=True)
-    log_miss = np.log1p(-np.minimum(q, 1.0 - 1e-300))  # (placements, ep, local)
+    # log(1 - q) (placements, ep, local): -inf where a rank holds one expert (q 1), which
+    # the busiest rank's rows (at least 1: the draws are at least 1 token) then reach for
+    # certain, exp(-inf) 0
+    with np.errstate(divide="ignore"):
+        log_miss = np.log1p(-np.minimum(q, 1.0))
     own = log_miss[np.arange(ZIPF_PLACEMENTS)[None, :], top]  # (steps, placements, local)
     active = -np.expm1(rows[..., None] * own).sum(axis=2)
     return float(rows.mean()), float(active.mean())
