@@ -253,8 +253,10 @@ def _zipf_busiest(n_experts: int, ep: int, s: float) -> np.ndarray:
 
 
 # Steps drawn per placement for the realised busiest rank (``zipf_max_<s>``): with
-# ``ZIPF_PLACEMENTS`` placements, 4,096 steps a grid point; the mean busiest rank's rows
-# then move by under 1% between seeds at 1-4 tokens (docs/decisions.md, issue 31, busy45).
+# ``ZIPF_PLACEMENTS`` placements, 4,096 steps a grid point; over 9 other seeds of the steps
+# the mean busiest rank's rows and experts span 0.8-1.8% at 1 token, 0.5-1.1% at 4, under
+# 0.4% at 64 (s 0.6, five shapes: benchmarks/results/review45-s45/seeds.out.txt;
+# docs/decisions.md, issue 31, helpers busy45 and review45).
 ZIPF_STEPS = 64
 
 
