@@ -112,6 +112,6 @@ def test_a_front_end_batch_in_the_data_file_is_read_as_a_whole_number(monkeypatc
     assert read == {"frontend_batch": 0, "frontend_token_s": 3.0}
     assert type(read["frontend_batch"]) is int and type(read["frontend_token_s"]) is float
     assert type(table({"frontend_batch": 1})["frontend_batch"]) is int
-    for bad in (0.5, True, "0"):
+    for bad in (0.5, True, "0", float("inf"), float("nan")):
         with pytest.raises(ValueError, match=r"frontend_batch .* is not a whole number"):
             table({"frontend_batch": bad})

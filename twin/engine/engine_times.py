@@ -51,6 +51,7 @@ def engine_time_defaults(engine: str, gpu: str) -> dict[str, float | int]:
 
 def _count(value: Any, name: str) -> int:
     """``value`` as a whole number: an integer, or a float with no fraction (JSON's 0.0)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not float(value).is_integer():  # JSON's NaN / Infinity refused too
         raise ValueError(f"{FILE}: {name} {value!r} is not a whole number")
     return int(value)
