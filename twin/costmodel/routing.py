@@ -59,8 +59,9 @@ ranks, the rows and the distinct experts of that rank (``RankLoad``).
   log tokens. At EP 1 it is ``zipf_<s>`` to the bit (one rank, nothing to take the
   maximum of); at s 0 under EP it is the busiest of uniform ranks, not ``uniform``'s
   mean rank. Draws stay with replacement (docs/decisions.md, issue 31, helper busy45:
-  against review44b's top-k-without-replacement Monte-Carlo it reaches 2-4% fewer
-  experts at 1-16 tokens, its rows within 1-2%).
+  against review44b's top-k-without-replacement Monte-Carlo, itself a few % noisy, it
+  reaches up to 4.5% fewer experts at 1-16 tokens, within 1.2% from 64, its rows within
+  -2.5..+4.0% at 1-16 tokens, -5.0..+4.8% to 512; busy45-s45/vs_review.out.txt).
 
 Which rule prices a model: ``routing_for`` (``SERVED``).
 """
